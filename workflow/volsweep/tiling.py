@@ -1,0 +1,217 @@
+"""Chunk plans: cores, halos, boundary-mode reads and fast FFT sizes.
+
+One plan serves every blocked computation in volsweep: the sweep's spatial
+tiles, the thickness chunks and the blocked FFT convolution.  A tile is a
+*core* (the voxels it owns, disjoint from every other tile's) grown by a
+*halo* on each side; the halo beyond the volume's edge is filled from the
+boundary mode, exactly as ``scipy.ndimage`` would see it on the whole volume.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MODES = ("reflect", "constant", "wrap")
+FFT_PRIMES = (2, 3, 5, 7)
+
+
+def normalize_halo(halo, ndim: int) -> tuple[tuple[int, int], ...]:
+    """Per-axis ``(before, after)`` halo from an int, a per-axis int or pairs.
+
+    Examples
+    --------
+    >>> normalize_halo(2, 3)
+    ((2, 2), (2, 2), (2, 2))
+    >>> normalize_halo((1, (0, 3)), 2)
+    ((1, 1), (0, 3))
+    """
+    if np.isscalar(halo):
+        halo = (halo,) * ndim
+    if len(halo) != ndim:
+        raise ValueError(f"halo must have {ndim} entries, got halo={halo!r}")
+    out = []
+    for h in halo:
+        pair = (h, h) if np.isscalar(h) else tuple(h)
+        if len(pair) != 2 or any(int(v) != v or v < 0 for v in pair):
+            raise ValueError(f"halo entries must be non-negative integers, got halo={halo!r}")
+        out.append((int(pair[0]), int(pair[1])))
+    return tuple(out)
+
+
+def next_fast_len(n: int, primes=FFT_PRIMES) -> int:
+    """Smallest integer ``>= n`` whose prime factors are all in ``primes``.
+
+    Examples
+    --------
+    >>> next_fast_len(202)
+    210
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got n={n}")
+    best = None
+    # Enumerate products of the primes up to the first power of 2 >= n.
+    limit = 1 << max(0, (n - 1).bit_length())
+    stack = [(1, 0)]
+    while stack:
+        value, start = stack.pop()
+        if value >= n:
+            if best is None or value < best:
+                best = value
+            continue
+        for i in range(start, len(primes)):
+            nxt = value * primes[i]
+            if nxt <= limit:
+                stack.append((nxt, i))
+    return best
+
+
+def fast_shape(shape, halo=0) -> tuple[int, ...]:
+    """Fast FFT shape of at least ``shape`` grown by the halo on both sides."""
+    pairs = normalize_halo(halo, len(shape))
+    return tuple(next_fast_len(n + b + a) for n, (b, a) in zip(shape, pairs))
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One block of a plan.
+
+    Attributes
+    ----------
+    index : tuple of int
+        Position in the tile grid (C order over the grid is the plan's order).
+    core : tuple of slice
+        Voxels this tile owns, in volume coordinates.
+    start, stop : tuple of int
+        The halo-grown extent in volume coordinates; may lie outside the volume.
+    core_in_block : tuple of slice
+        Where the core sits in the halo-grown block.
+    """
+
+    index: tuple[int, ...]
+    core: tuple[slice, ...]
+    start: tuple[int, ...]
+    stop: tuple[int, ...]
+    core_in_block: tuple[slice, ...]
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.start, self.stop))
+
+    @property
+    def core_shape(self) -> tuple[int, ...]:
+        return tuple(s.stop - s.start for s in self.core)
+
+
+def plan_tiles(shape, tile_shape, halo=0) -> list[Tile]:
+    """Split ``shape`` into cores of at most ``tile_shape``, each grown by ``halo``.
+
+    The order is C order over the tile grid, so merges are deterministic.
+
+    Examples
+    --------
+    >>> tiles = plan_tiles((10, 7), (4, 7), halo=1)
+    >>> [t.core for t in tiles][1]
+    (slice(4, 8, None), slice(0, 7, None))
+    >>> tiles[1].start, tiles[1].stop
+    ((3, -1), (9, 8))
+    """
+    shape = tuple(int(n) for n in shape)
+    if len(tile_shape) != len(shape) or any(int(t) < 1 for t in tile_shape):
+        raise ValueError(f"tile_shape must be {len(shape)} positive integers, got {tile_shape!r}")
+    pairs = normalize_halo(halo, len(shape))
+    counts = [math.ceil(n / int(t)) for n, t in zip(shape, tile_shape)]
+    tiles = []
+    for index in itertools.product(*(range(c) for c in counts)):
+        core, start, stop, inner = [], [], [], []
+        for i, n, t, (hb, ha) in zip(index, shape, tile_shape, pairs):
+            lo, hi = i * int(t), min(n, (i + 1) * int(t))
+            core.append(slice(lo, hi))
+            start.append(lo - hb)
+            stop.append(hi + ha)
+            inner.append(slice(hb, hb + hi - lo))
+        tiles.append(Tile(tuple(index), tuple(core), tuple(start), tuple(stop), tuple(inner)))
+    return tiles
+
+
+def _mode_indices(start: int, stop: int, n: int, mode: str) -> np.ndarray:
+    """Source index for each position in ``[start, stop)``; -1 where ``constant`` fills."""
+    idx = np.arange(start, stop)
+    if mode == "wrap":
+        return np.mod(idx, n)
+    if mode == "reflect":  # scipy.ndimage 'reflect': d c b a | a b c d | d c b a
+        period = np.mod(idx, 2 * n)
+        return np.where(period < n, period, 2 * n - 1 - period)
+    if mode == "constant":
+        return np.where((idx >= 0) & (idx < n), idx, -1)
+    raise ValueError(f"mode must be one of {MODES}, got mode={mode!r}")
+
+
+def read_block(source, start, stop, mode: str = "reflect", cval: float = 0.0, *, xp=np,
+               dtype=None):
+    """Read ``source[start:stop]`` with out-of-volume voxels taken from ``mode``.
+
+    ``source`` is anything sliceable with a ``shape`` (NumPy, CuPy, Zarr, h5py);
+    only the bounding box of the needed voxels is read from it.  The result
+    is an ``xp`` array of shape ``stop - start``.
+
+    Examples
+    --------
+    >>> read_block(np.arange(4), (-2,), (6,), mode="reflect")
+    array([1, 0, 0, 1, 2, 3, 3, 2])
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got mode={mode!r}")
+    shape = source.shape
+    per_axis = [_mode_indices(a, b, n, mode) for a, b, n in zip(start, stop, shape)]
+    inside = [ix[ix >= 0] for ix in per_axis]
+    if any(ix.size == 0 for ix in inside):  # block entirely outside (constant mode)
+        out_dtype = dtype or source.dtype
+        return xp.full(tuple(b - a for a, b in zip(start, stop)), cval, dtype=out_dtype)
+    box = tuple(slice(int(ix.min()), int(ix.max()) + 1) for ix in inside)
+    data = xp.asarray(source[box])
+    if dtype is not None:
+        data = data.astype(dtype, copy=False)
+    local = [np.where(ix >= 0, ix - s.start, 0) for ix, s in zip(per_axis, box)]
+    trivial = all(np.array_equal(li, np.arange(data.shape[k])) for k, li in enumerate(local))
+    block = data if trivial else data[np.ix_(*[xp.asarray(li) for li in local])]
+    if mode == "constant":
+        mask = [ix < 0 for ix in per_axis]
+        if any(m.any() for m in mask):
+            block = block.copy() if block is data else block
+            for axis, m in enumerate(mask):
+                if m.any():
+                    sl = [slice(None)] * block.ndim
+                    sl[axis] = xp.asarray(np.nonzero(m)[0])
+                    block[tuple(sl)] = cval
+    return block
+
+
+def tile_shape_for_budget(shape, halo, bytes_per_voxel: float, budget: float) -> tuple[int, ...]:
+    """Largest tile core whose fast padded block fits in ``budget`` bytes.
+
+    Halves the longest core axis until ``prod(fast_shape(core, halo)) *
+    bytes_per_voxel <= budget``; the whole volume is returned when it fits.
+
+    Raises
+    ------
+    MemoryError
+        When even a one-voxel core with its halo does not fit.
+    """
+    core = [int(n) for n in shape]
+    pairs = normalize_halo(halo, len(core))
+
+    def cost(c):
+        return math.prod(fast_shape(c, pairs)) * bytes_per_voxel
+
+    while cost(core) > budget:
+        axis = int(np.argmax(core))
+        if core[axis] == 1:
+            raise MemoryError(
+                f"memory_limit={budget:.0f} bytes cannot hold even a 1-voxel tile with halo "
+                f"{pairs} ({cost(core):.0f} bytes needed)")
+        core[axis] = math.ceil(core[axis] / 2)
+    return tuple(core)
