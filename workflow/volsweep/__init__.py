@@ -11,7 +11,7 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "sweep": "volsweep.sweep",
+    "sweep": "volsweep.engine",
     "local_thickness": "volsweep.thickness",
     "thickness_distribution": "volsweep.thickness",
     "fftconvolve": "volsweep.fftconv",
