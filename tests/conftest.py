@@ -1,0 +1,14 @@
+"""Shared test set-up: GPU tests skip cleanly where there is no CUDA GPU."""
+
+import pytest
+
+from volsweep.backend import cuda_available
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU with CuPy on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
