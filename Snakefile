@@ -1,0 +1,30 @@
+# volsweep: oriented-wavelet sweeps and exact local thickness of 3D volumes.
+# Configuration: config.yaml (validated against workflow/schemas/config.schema.yaml).
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))  # volsweep, when not pip-installed
+
+from volsweep.config import validate_config
+
+
+# The demo config, unless --configfile names another (which then replaces it, not merges).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
+
+validate_config(config, configfile=", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"])))
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/ingest.smk"
+include: "workflow/rules/sweep.smk"
+include: "workflow/rules/thickness.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        all_outputs(),
+    default_target: True

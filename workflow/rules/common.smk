@@ -1,0 +1,65 @@
+# Shared definitions and input functions: volumes, parameter blocks, thickness chunks.
+import re
+
+from volsweep.config import angle_values, sweep_blocks, volume_entries
+from volsweep.io.readers import source_shape
+from volsweep.pipeline import provenance
+from volsweep.tiling import plan_tiles
+
+CONFIGFILE = ", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"]))
+VOLUMES = volume_entries(config, base_dir=".", configfile=CONFIGFILE)
+SHAPES = {name: source_shape(entry, name) for name, entry in VOLUMES.items()}
+SWEEP = config["sweep"]
+THICKNESS = config["thickness"]
+THETA = angle_values(SWEEP["theta"])
+PHI = angle_values(SWEEP["phi"])
+BLOCKS = sweep_blocks(config)
+PROVENANCE = provenance(config)
+ENV = "../../envs/volsweep.yaml"
+USES_GPU = 0 if config["device"] == "cpu" else 1
+MB = 2**20
+
+
+wildcard_constraints:
+    vol="|".join(re.escape(v) for v in VOLUMES),
+    block=r"\d+",
+    chunk=r"\d+",
+
+
+def volume_nbytes(vol):
+    """Bytes of one float32 copy of the volume."""
+    shape = SHAPES[vol]
+    return 4 * shape[0] * shape[1] * shape[2]
+
+
+def n_chunks(vol):
+    return len(plan_tiles(SHAPES[vol], THICKNESS["chunk"]))
+
+
+def source_files(wildcards):
+    entry = VOLUMES[wildcards.vol]
+    return [] if "synthetic" in entry else [entry["path"]]
+
+
+def sweep_block_files(wildcards):
+    return expand("results/{vol}/sweep/{block}.nc", vol=wildcards.vol, block=range(len(BLOCKS)))
+
+
+def thickness_chunk_files(wildcards):
+    return expand("results/{vol}/thickness/chunks/{chunk}.npz", vol=wildcards.vol,
+                  chunk=range(n_chunks(wildcards.vol)))
+
+
+def all_outputs():
+    outputs = []
+    for vol in VOLUMES:
+        outputs.append(f"results/{vol}/volume.zarr")
+        if SWEEP["enabled"]:
+            outputs.append(f"results/{vol}/sweep.nc")
+        if THICKNESS["enabled"]:
+            outputs += [f"results/{vol}/thickness.nc", f"results/{vol}/thickness.zarr"]
+    if SWEEP["enabled"]:
+        outputs.append("results/summary/sweep.nc")
+    if THICKNESS["enabled"]:
+        outputs.append("results/summary/thickness.nc")
+    return outputs

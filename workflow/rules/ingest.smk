@@ -1,0 +1,23 @@
+# Ingest: any input format becomes a float32 Zarr v3 store, streamed block by block.
+
+
+rule ingest:
+    input:
+        source_files,
+    output:
+        directory("results/{vol}/volume.zarr"),
+    params:
+        entry=lambda wildcards: VOLUMES[wildcards.vol],
+        chunks=config["storage"]["chunks"],
+        shards=config["storage"]["shards"],
+        memory_budget_mb=config["memory_budget_mb"],
+    log:
+        "logs/{vol}/ingest.log",
+    benchmark:
+        "logs/{vol}/ingest.benchmark.tsv"
+    resources:
+        mem_mb=lambda wildcards: int(2 * config["memory_budget_mb"] + 256),
+    conda:
+        ENV
+    script:
+        "../scripts/ingest.py"

@@ -1,0 +1,100 @@
+"""Zarr v3 stores: creation, streaming ingest and atomic publication."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from volsweep.io.readers import VolumeError
+from volsweep.tiling import plan_tiles
+
+log = logging.getLogger("volsweep")
+
+
+def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
+                 fill_value=float("nan")):
+    """Create a Zarr v3 array with sharding; chunks and shards are clipped to the shape.
+
+    A NaN fill value makes a never-written chunk visible instead of a silent 0.
+    """
+    import zarr
+
+    shards = tuple(min(s, n) for s, n in zip(shards, shape))
+    chunks = tuple(math.gcd(c, s) if s % c else c for c, s in zip(chunks, shards))
+    return zarr.create_array(store=str(path), shape=tuple(shape), chunks=chunks, shards=shards,
+                             dtype=dtype, fill_value=fill_value, attributes=attrs or {},
+                             zarr_format=3, overwrite=True)
+
+
+def open_store(path, mode="r"):
+    import zarr
+
+    return zarr.open_array(str(path), mode=mode)
+
+
+@contextmanager
+def atomic_dir(final: Path):
+    """Yield a temporary sibling folder, renamed onto ``final`` only on success."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def block_shape_for_budget(shape, aligned_to, bytes_per_voxel: float, budget: float):
+    """A block shape, aligned to ``aligned_to`` where possible, within ``budget`` bytes.
+
+    Starts from the whole volume and halves the longest axis (in units of the
+    alignment while it is larger than one unit) until the block fits.
+    """
+    block = list(shape)
+    while math.prod(block) * bytes_per_voxel > budget:
+        axis = int(np.argmax(block))
+        if block[axis] == 1:
+            break
+        unit = aligned_to[axis]
+        half = math.ceil(block[axis] / 2)
+        block[axis] = max(unit, math.ceil(half / unit) * unit) if block[axis] > unit else half
+        if block[axis] >= shape[axis] and half < shape[axis]:
+            block[axis] = half
+    if math.prod(block) * bytes_per_voxel > budget:
+        raise MemoryError(f"memory budget of {budget:.0f} bytes cannot hold one voxel row")
+    return tuple(block)
+
+
+def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None, name="volume"):
+    """Copy ``source`` block by block into a float32 Zarr v3 store at ``out_path``.
+
+    At most ``memory_budget`` bytes of input (plus its float32 copy) are held
+    at once; a block with NaN or Inf voxels stops the ingest with an error
+    naming the volume and the block.  The store appears only when complete.
+    """
+    shape = tuple(int(n) for n in source.shape)
+    itemsize = np.dtype(source.dtype).itemsize
+    block = block_shape_for_budget(shape, shards, itemsize + 4, memory_budget)
+    tiles = plan_tiles(shape, block)
+    log.info("ingest %s: shape %s, %d blocks of %s", name, shape, len(tiles), block)
+    with atomic_dir(Path(out_path)) as tmp:
+        arr = create_store(tmp, shape, chunks=chunks, shards=shards, attrs=attrs)
+        for i, tile in enumerate(tiles):
+            data = np.asarray(source[tile.core], dtype=np.float32)
+            if not np.all(np.isfinite(data)):
+                bad = np.argwhere(~np.isfinite(data))[0] + [s.start for s in tile.core]
+                raise VolumeError(f"volumes.{name}: non-finite voxel {data[tuple(bad - [s.start for s in tile.core])]}"
+                                  f" at index {tuple(int(b) for b in bad)}")
+            arr[tile.core] = data
+            if (i + 1) % max(1, len(tiles) // 10) == 0:
+                log.info("ingest %s: %d/%d blocks", name, i + 1, len(tiles))
+    return block

@@ -1,0 +1,213 @@
+"""The workflow's steps: one function per Snakemake rule, called by its thin script.
+
+Each step reads its inputs, calls the pure-array cores, and writes its
+outputs atomically (temporary name, then rename), so a killed job leaves no
+half-written file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from volsweep.io import datasets
+from volsweep.io.readers import open_volume, source_sha256
+from volsweep.io.store import create_store, ingest, open_store
+from volsweep.tiling import plan_tiles
+
+log = logging.getLogger("volsweep")
+
+
+@contextlib.contextmanager
+def logged_to(log_path):
+    """Send stderr and the ``volsweep`` logger to ``log_path`` for the duration."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as fh, contextlib.redirect_stderr(fh):
+        handler = logging.StreamHandler(fh)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        try:
+            yield
+        except Exception:
+            log.exception("step failed")
+            raise
+        finally:
+            log.removeHandler(handler)
+
+
+def config_sha256(config: dict) -> str:
+    """sha256 of the config as canonical JSON."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def package_versions() -> dict:
+    """Versions of volsweep and the libraries that shape its numbers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("volsweep", "numpy", "scipy", "xarray", "zarr", "edt", "cupy-cuda12x",
+                 "cupy-cuda13x", "snakemake"):
+        try:
+            out[f"version_{dist.split('-')[0]}"] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def provenance(config: dict) -> dict:
+    """Provenance attrs shared by every output: config hash and package versions."""
+    return {"config_sha256": config_sha256(config), **package_versions()}
+
+
+def _atomic_path(path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_mb: float):
+    """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``."""
+    source = open_volume(entry, name)
+    attrs = {
+        "name": name,
+        "spacing": [float(s) for s in entry["spacing"]],
+        "shape": [int(n) for n in source.shape],
+        "source": entry.get("path", "synthetic"),
+        "format": entry.get("format", "synthetic"),
+        "source_dtype": str(np.dtype(source.dtype)),
+        "source_sha256": source_sha256(entry, source),
+    }
+    ingest(source, out, chunks=chunks, shards=shards,
+           memory_budget=memory_budget_mb * 2**20, attrs=attrs, name=name)
+
+
+def _volume(volume_zarr):
+    store = open_store(volume_zarr)
+    return store, tuple(store.attrs["spacing"])
+
+
+def sweep_block(volume_zarr, out_nc, *, theta, phi, xi, a, mode, truncate, stats, device,
+                memory_budget_mb=None, block=0):
+    """Rule sweep: the statistics of one parameter block of one volume."""
+    from volsweep.engine import sweep
+
+    store, spacing = _volume(volume_zarr)
+    volume = store[...]
+    kwargs = {} if truncate is None else {"truncate": truncate}
+    ds = sweep(volume, np.asarray(theta), np.asarray(phi), np.asarray(xi), a=a, spacing=spacing,
+               mode=mode, stats=tuple(stats), device=device,
+               memory_limit=None if memory_budget_mb is None else memory_budget_mb * 2**20,
+               progress=True, **kwargs)
+    ds.attrs["block"] = int(block)
+    datasets.write_netcdf(ds, out_nc)
+
+
+def _phase(block, threshold, label, invert):
+    mask = block == label if label is not None else block > threshold
+    return ~mask if invert else mask
+
+
+def thickness_rmax(volume_zarr, out_json, *, threshold, label, invert, device, name):
+    """Rule thickness_rmax: R_max, the largest inscribed radius of the phase (first pass)."""
+    from volsweep.thickness import max_inscribed_radius, select_phase
+
+    store, spacing = _volume(volume_zarr)
+    binary = select_phase(store[...], threshold=threshold, label=label, invert=invert,
+                          name=f"volumes.{name}")
+    r_max = max_inscribed_radius(binary, spacing=spacing, device=device)
+    info = {"r_max": float(r_max), "n_voxels": int(binary.size), "n_phase": int(binary.sum()),
+            "spacing": list(spacing), "shape": list(binary.shape)}
+    tmp = _atomic_path(out_json)
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.replace(tmp, out_json)
+
+
+def create_thickness_store(volume_zarr, out_zarr, *, chunks, chunk):
+    """Rule thickness_store: an empty float32 store whose shards are the thickness chunks."""
+    store, spacing = _volume(volume_zarr)
+    attrs = {"spacing": list(spacing), "units": "same as spacing",
+             "long_name": "local thickness (diameter)",
+             "source_sha256": store.attrs["source_sha256"]}
+    create_store(out_zarr, store.shape, chunks=chunks, shards=chunk, attrs=attrs)
+
+
+def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, chunk, threshold,
+                    label, invert, device):
+    """Rule thickness_chunk: exact local thickness of one chunk's core, from core + halo.
+
+    Writes the core into the shared store (its own shards only) and the
+    chunk's exact value counts to ``out_npz``, which doubles as the
+    completion marker.
+    """
+    from volsweep.thickness import local_thickness_core, thickness_halo, value_counts
+
+    store, spacing = _volume(volume_zarr)
+    r_max = json.loads(Path(rmax_json).read_text())["r_max"]
+    tile = plan_tiles(store.shape, chunk, thickness_halo(r_max, spacing))[index]
+    start = [max(0, s) for s in tile.start]
+    stop = [min(n, s) for n, s in zip(store.shape, tile.stop)]
+    block = store[tuple(slice(a, b) for a, b in zip(start, stop))]
+    core_in_block = tuple(slice(c.start - a, c.stop - a) for c, a in zip(tile.core, start))
+    binary = _phase(block, threshold, label, invert)
+    lt = local_thickness_core(binary, core_in_block, r_max, spacing=spacing, device=device)
+    out = open_store(thickness_zarr, mode="r+")
+    out[tile.core] = np.asarray(lt, dtype=np.float32)
+    values, counts = value_counts(lt)
+    tmp = _atomic_path(out_npz)
+    with open(tmp, "wb") as fh:
+        np.savez(fh, values=values, counts=counts, n_voxels=np.int64(np.prod(tile.core_shape)),
+                 core_start=np.array([c.start for c in tile.core]),
+                 core_stop=np.array([c.stop for c in tile.core]))
+    os.replace(tmp, out_npz)
+    log.info("thickness chunk %d: core %s, halo block %s..%s", index, tile.core, start, stop)
+
+
+def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict):
+    """Rule aggregate_sweep: the blocks, in order, become ``results/{vol}/sweep.nc``."""
+    store, _ = _volume(volume_zarr)
+    ds = datasets.merge_sweep_blocks(block_ncs)
+    ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"])
+    datasets.write_netcdf(ds, out_nc)
+
+
+def aggregate_thickness(chunk_npzs, rmax_json, volume_zarr, out_nc, *, bins, provenance: dict):
+    """Rule aggregate_thickness: merge every chunk's counts into ``results/{vol}/thickness.nc``."""
+    from volsweep.thickness import distribution_from_counts, merge_value_counts
+
+    store, spacing = _volume(volume_zarr)
+    missing = [str(p) for p in chunk_npzs if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"thickness chunks missing, rerun them: {', '.join(missing)}")
+    pairs, n_voxels = [], 0
+    for path in chunk_npzs:
+        with np.load(path) as z:
+            pairs.append((z["values"], z["counts"]))
+            n_voxels += int(z["n_voxels"])
+    if n_voxels != int(np.prod(store.shape)):
+        raise ValueError(f"thickness chunks cover {n_voxels} voxels, the volume has "
+                         f"{int(np.prod(store.shape))}")
+    values, counts = merge_value_counts(pairs)
+    ds = distribution_from_counts(values, counts, n_voxels, bins=bins, spacing=spacing)
+    ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"],
+                    r_max=json.loads(Path(rmax_json).read_text())["r_max"])
+    datasets.write_netcdf(ds, out_nc)
+
+
+def summarize(paths, names, out_nc):
+    """Rule summary: per-volume datasets stacked along a ``volume`` dimension."""
+    datasets.write_netcdf(datasets.stack_volumes(paths, names), out_nc)
+
+
+def run_script(func, snakemake_obj, **kwargs):
+    """Entry point of the workflow scripts: log to ``log[0]``, run one step."""
+    with logged_to(snakemake_obj.log[0]):
+        log.info("%s: %s", func.__name__, " ".join(sys.argv[1:]))
+        func(**kwargs)
