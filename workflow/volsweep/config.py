@@ -173,7 +173,10 @@ def volume_entries(config: dict, base_dir=".", configfile="config.yaml") -> dict
             if name in volumes:
                 raise ConfigError(f"{sheet}: volume {name!r} is also defined in {configfile}")
             # The sheet goes through the same schema as inline entries.
-            validator = _validator_with_defaults(load_schema()["definitions"]["volume"])
+            schema = load_schema()
+            validator = _validator_with_defaults({"$schema": schema["$schema"],
+                                                  "definitions": schema["definitions"],
+                                                  "$ref": "#/definitions/volume"})
             for err in validator.iter_errors(entry):
                 raise ConfigError(f"{sheet}: volume {name!r}: {_key_path(err.absolute_path)} = "
                                   f"{err.instance!r}: {err.message}")

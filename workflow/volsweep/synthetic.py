@@ -71,6 +71,8 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
     spheres = []
     for spec in pores:
         r = float(spec["radius"])
+        if np.any(extent < 2 * (r + 1)):
+            raise ValueError(f"pores: no room for a pore of radius={r} in shape={shape}")
         for _ in range(int(spec.get("count", 1))):
             for _attempt in range(1000):
                 c = r + 1 + rng.random(3) * np.maximum(extent - 2 * (r + 1), 0)

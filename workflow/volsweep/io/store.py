@@ -19,14 +19,13 @@ log = logging.getLogger("volsweep")
 
 def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
                  fill_value=float("nan")):
-    """Create a Zarr v3 array with sharding; chunks and shards are clipped to the shape.
+    """Create a Zarr v3 array with sharding; shards shrink to the fewest chunks covering the shape.
 
     A NaN fill value makes a never-written chunk visible instead of a silent 0.
     """
     import zarr
 
-    shards = tuple(min(s, n) for s, n in zip(shards, shape))
-    chunks = tuple(math.gcd(c, s) if s % c else c for c, s in zip(chunks, shards))
+    shards = tuple(min(s, math.ceil(n / c) * c) for s, c, n in zip(shards, chunks, shape))
     return zarr.create_array(store=str(path), shape=tuple(shape), chunks=chunks, shards=shards,
                              dtype=dtype, fill_value=fill_value, attributes=attrs or {},
                              zarr_format=3, overwrite=True)
@@ -91,9 +90,9 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
         for i, tile in enumerate(tiles):
             data = np.asarray(source[tile.core], dtype=np.float32)
             if not np.all(np.isfinite(data)):
-                bad = np.argwhere(~np.isfinite(data))[0] + [s.start for s in tile.core]
-                raise VolumeError(f"volumes.{name}: non-finite voxel {data[tuple(bad - [s.start for s in tile.core])]}"
-                                  f" at index {tuple(int(b) for b in bad)}")
+                local = tuple(np.argwhere(~np.isfinite(data))[0])
+                index = tuple(int(i + s.start) for i, s in zip(local, tile.core))
+                raise VolumeError(f"volumes.{name}: non-finite voxel {data[local]} at index {index}")
             arr[tile.core] = data
             if (i + 1) % max(1, len(tiles) // 10) == 0:
                 log.info("ingest %s: %d/%d blocks", name, i + 1, len(tiles))
