@@ -335,9 +335,10 @@ def _plan(in1, in2, mode, axes, memory_limit, dtype):
 # --------------------------------------------------------------------------- execution
 
 
-def _padded(xp, x, shape, dtype):
+def _padded(xp, x, shape, dtype, conv):
+    """``x`` zero-padded on the axes in ``conv``, broadcast on the others."""
     buf = xp.zeros(tuple(shape), dtype=dtype)
-    buf[tuple(slice(0, n) for n in x.shape)] = x
+    buf[tuple(slice(0, n) if ax in conv else slice(None) for ax, n in enumerate(x.shape))] = x
     return buf
 
 
@@ -349,10 +350,10 @@ def _whole(xp, fft, a, b, plan):
     if plan["real_path"]:
         last = conv[-1]
         rdt = plan["real_dt"]
-        pa = _padded(xp, a, buf_a, rdt)
+        pa = _padded(xp, a, buf_a, rdt, conv)
         spec = fft.rfftn(pa, conv)
         del pa
-        pb = _padded(xp, b, buf_b, rdt)
+        pb = _padded(xp, b, buf_b, rdt, conv)
         spec_b = fft.rfftn(pb, conv)
         del pb
         spec *= spec_b
@@ -361,8 +362,8 @@ def _whole(xp, fft, a, b, plan):
         del spec
     else:
         cdt = np.result_type(plan["real_dt"], np.complex64)
-        res = fft.fftn(_padded(xp, a, buf_a, cdt), conv)
-        spec_b = fft.fftn(_padded(xp, b, buf_b, cdt), conv)
+        res = fft.fftn(_padded(xp, a, buf_a, cdt, conv), conv)
+        spec_b = fft.fftn(_padded(xp, b, buf_b, cdt, conv), conv)
         res *= spec_b
         del spec_b
         res = fft.ifftn(res, conv)
@@ -388,9 +389,9 @@ def _blocked(xp, fft, a, b, plan):
     last = conv[-1]
 
     if real_path:
-        kspec = fft.rfftn(_padded(xp, ker, kbuf_shape, rdt), conv)
+        kspec = fft.rfftn(_padded(xp, ker, kbuf_shape, rdt, conv), conv)
     else:
-        kspec = fft.fftn(_padded(xp, ker, kbuf_shape, cdt), conv)
+        kspec = fft.fftn(_padded(xp, ker, kbuf_shape, cdt, conv), conv)
     out = xp.empty(tuple(geo.length), dtype=plan["out_dt"])
 
     sub_shape = [geo.length[ax] for ax in conv]
@@ -405,7 +406,7 @@ def _blocked(xp, fft, a, b, plan):
                 stop.append(sig.shape[ax])
         blk = read_block(sig, start, stop, mode="constant", xp=xp)
         if real_path:
-            buf = _padded(xp, blk, buf_shape, rdt)
+            buf = _padded(xp, blk, buf_shape, rdt, conv)
             del blk
             spec = fft.rfftn(buf, conv)
             del buf
@@ -413,7 +414,7 @@ def _blocked(xp, fft, a, b, plan):
             res = fft.irfftn(spec, buf_shape[last], conv)
             del spec
         else:
-            res = _padded(xp, blk, buf_shape, cdt)
+            res = _padded(xp, blk, buf_shape, cdt, conv)
             del blk
             res = fft.fftn(res, conv)
             res *= kspec
