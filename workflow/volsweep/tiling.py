@@ -177,7 +177,8 @@ def read_block(source, start, stop, mode: str = "reflect", cval: float = 0.0, *,
         data = data.astype(dtype, copy=False)
     local = [np.where(ix >= 0, ix - s.start, 0) for ix, s in zip(per_axis, box)]
     trivial = all(np.array_equal(li, np.arange(data.shape[k])) for k, li in enumerate(local))
-    block = data if trivial else data[np.ix_(*[xp.asarray(li) for li in local])]
+    # xp.ix_: NumPy's ix_ would try to turn CuPy index arrays into NumPy ones (a TypeError).
+    block = data if trivial else data[xp.ix_(*[xp.asarray(li) for li in local])]
     if mode == "constant":
         mask = [ix < 0 for ix in per_axis]
         if any(m.any() for m in mask):
