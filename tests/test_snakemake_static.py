@@ -1,0 +1,56 @@
+"""Snakemake without running jobs: lint, dry runs of every test config, bad configs."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+CONFIGS = sorted((REPO / "tests" / "configs").glob("*.yaml"))
+
+
+def snakemake(*args, cwd=REPO):
+    return subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def make_inputs(work: Path):
+    """The data files that the test configs refer to."""
+    from tests_data import blobs
+
+    (work / "data").mkdir(exist_ok=True)
+    np.save(work / "data" / "blobs.npy", blobs())
+
+
+def test_lint_is_clean():
+    out = snakemake("--lint")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Congratulations, your workflow is in a good condition!" in out.stdout + out.stderr
+
+
+def test_demo_dry_run():
+    out = snakemake("-n", "--cores", "2")
+    assert out.returncode == 0, out.stderr
+    assert "sweep_block" in out.stdout and "thickness_chunk" in out.stdout
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_dry_run_of_every_test_config(config, tmp_path):
+    make_inputs(tmp_path)
+    out = snakemake("-n", "--cores", "2", "--directory", str(tmp_path), "--configfile", str(config))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_bad_config_stops_before_any_job(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    shutil.copy(REPO / "tests" / "configs" / "tiny.yaml", bad)
+    bad.write_text(bad.read_text().replace("xi: [0.5, 2.0]", "xi: [0.5, -2.0]"))
+    make_inputs(tmp_path)
+    out = snakemake("--cores", "1", "--directory", str(tmp_path), "--configfile", str(bad))
+    assert out.returncode != 0
+    assert "bad.yaml: sweep.xi[1] = -2.0" in out.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
