@@ -13,7 +13,7 @@ import zarr
 
 from volsweep.io.datasets import merge_sweep_blocks, open_netcdf, stack_volumes, write_netcdf
 from volsweep.io.readers import VolumeError, open_volume, source_sha256, source_shape
-from volsweep.io.store import block_shape_for_budget, ingest
+from volsweep.io.store import block_shape_for_budget, ingest, open_store
 from volsweep.pipeline import ingest_volume
 
 
@@ -56,7 +56,7 @@ def test_ingest_roundtrip_attrs_and_checksum(tmp_path, vol):
     entry["spacing"] = [0.5, 1.0, 2.0]
     out = tmp_path / "out" / "volume.zarr"
     ingest_volume(entry, "v", out, chunks=[4, 4, 4], shards=[8, 8, 8], memory_budget_mb=1)
-    arr = zarr.open_array(str(out))
+    arr = zarr.open_group(str(out))["0"]
     np.testing.assert_array_equal(arr[...], vol)
     assert arr.dtype == np.float32 and arr.metadata.zarr_format == 3
     assert arr.chunks == (4, 4, 4) and arr.shards == (8, 8, 8)  # 7 along z: still one shard
@@ -81,7 +81,7 @@ def test_ingest_streams_within_the_budget(tmp_path):
     budget = 24_000
     src = RecordingSource(data)
     ingest(src, tmp_path / "s.zarr", chunks=(4, 4, 4), shards=(8, 8, 8), memory_budget=budget)
-    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "s.zarr"))[...],
+    np.testing.assert_array_equal(open_store(tmp_path / "s.zarr")[...],
                                   data.astype(np.float32))
     assert data.nbytes > 5 * budget
     assert 0 < src.largest * (8 + 4) / 8 <= budget

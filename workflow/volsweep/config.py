@@ -17,7 +17,7 @@ import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 FORMATS = ("npy", "tif", "zarr", "h5", "raw")
-SHEET_COLUMNS = ("name", "path", "format", "dataset", "shape", "dtype", "offset", "spacing")
+SHEET_COLUMNS = ("name", "path", "format", "dataset", "shape", "dtype", "offset", "spacing", "unit")
 
 
 class ConfigError(ValueError):

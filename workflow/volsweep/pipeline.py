@@ -84,9 +84,10 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_
         "format": entry.get("format", "synthetic"),
         "source_dtype": str(np.dtype(source.dtype)),
         "source_sha256": source_sha256(entry, source),
+        **({"unit": entry["unit"]} if entry.get("unit") else {}),
     }
-    ingest(source, out, chunks=chunks, shards=shards,
-           memory_budget=memory_budget_mb * 2**20, attrs=attrs, name=name)
+    ingest(source, out, chunks=chunks, shards=shards, memory_budget=memory_budget_mb * 2**20,
+           attrs=attrs, name=name, spacing=entry["spacing"], unit=entry.get("unit"))
 
 
 def _volume(volume_zarr):
@@ -133,10 +134,10 @@ def thickness_rmax(volume_zarr, out_json, *, threshold, label, invert, device, n
 def create_thickness_store(volume_zarr, out_zarr, *, chunks, chunk):
     """Rule thickness_store: an empty float32 store whose shards are the thickness chunks."""
     store, spacing = _volume(volume_zarr)
-    attrs = {"spacing": list(spacing), "units": "same as spacing",
-             "long_name": "local thickness (diameter)",
+    attrs = {"long_name": "local thickness (diameter)", "units": store.attrs.get("unit", "spacing units"),
              "source_sha256": store.attrs["source_sha256"]}
-    create_store(out_zarr, store.shape, chunks=chunks, shards=chunk, attrs=attrs)
+    create_store(out_zarr, store.shape, chunks=chunks, shards=chunk, attrs=attrs, spacing=spacing,
+                 unit=store.attrs.get("unit"), name=f"{store.attrs['name']} local thickness")
 
 
 def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, chunk, threshold,

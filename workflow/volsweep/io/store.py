@@ -17,24 +17,41 @@ from volsweep.tiling import plan_tiles
 log = logging.getLogger("volsweep")
 
 
-def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
-                 fill_value=float("nan")):
-    """Create a Zarr v3 array with sharding; shards shrink to the fewest chunks covering the shape.
+AXES = ("x", "y", "z")
 
-    A NaN fill value makes a never-written chunk visible instead of a silent 0.
+
+def ome_metadata(name: str, spacing, unit=None) -> dict:
+    """OME-NGFF 0.5 multiscale metadata of a single-resolution 3D image at path ``0``."""
+    axes = [{"name": a, "type": "space", **({"unit": unit} if unit else {})} for a in AXES]
+    return {"version": "0.5", "multiscales": [{
+        "name": name, "axes": axes,
+        "datasets": [{"path": "0", "coordinateTransformations": [
+            {"type": "scale", "scale": [float(s) for s in spacing]}]}]}]}
+
+
+def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
+                 fill_value=float("nan"), spacing=(1.0, 1.0, 1.0), unit=None, name="volume"):
+    """Create an OME-Zarr (NGFF 0.5, Zarr v3) image whose sharded array is at ``0``.
+
+    Shards shrink to the fewest chunks covering the shape.  A NaN fill value
+    makes a never-written chunk visible instead of a silent 0.  Returns the array.
     """
     import zarr
 
     shards = tuple(min(s, math.ceil(n / c) * c) for s, c, n in zip(shards, chunks, shape))
-    return zarr.create_array(store=str(path), shape=tuple(shape), chunks=chunks, shards=shards,
-                             dtype=dtype, fill_value=fill_value, attributes=attrs or {},
-                             zarr_format=3, overwrite=True)
+    attrs = {"spacing": [float(s) for s in spacing], **(attrs or {})}
+    group = zarr.create_group(store=str(path), zarr_format=3, overwrite=True,
+                              attributes={"ome": ome_metadata(name, spacing, unit), **attrs})
+    return group.create_array("0", shape=tuple(shape), chunks=tuple(chunks), shards=shards,
+                              dtype=dtype, fill_value=fill_value, attributes=attrs,
+                              dimension_names=AXES)
 
 
 def open_store(path, mode="r"):
+    """The full-resolution array (``0``) of a store made by :func:`create_store`."""
     import zarr
 
-    return zarr.open_array(str(path), mode=mode)
+    return zarr.open_group(str(path), mode=mode)["0"]
 
 
 @contextmanager
@@ -73,7 +90,8 @@ def block_shape_for_budget(shape, aligned_to, bytes_per_voxel: float, budget: fl
     return tuple(block)
 
 
-def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None, name="volume"):
+def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None, name="volume",
+           spacing=(1.0, 1.0, 1.0), unit=None):
     """Copy ``source`` block by block into a float32 Zarr v3 store at ``out_path``.
 
     At most ``memory_budget`` bytes of input (plus its float32 copy) are held
@@ -86,7 +104,8 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
     tiles = plan_tiles(shape, block)
     log.info("ingest %s: shape %s, %d blocks of %s", name, shape, len(tiles), block)
     with atomic_dir(Path(out_path)) as tmp:
-        arr = create_store(tmp, shape, chunks=chunks, shards=shards, attrs=attrs)
+        arr = create_store(tmp, shape, chunks=chunks, shards=shards, attrs=attrs, spacing=spacing,
+                           unit=unit, name=name)
         for i, tile in enumerate(tiles):
             data = np.asarray(source[tile.core], dtype=np.float32)
             if not np.all(np.isfinite(data)):
