@@ -119,12 +119,25 @@ def plan_tiles(shape, tile_shape, halo=0) -> list[Tile]:
     >>> tiles[1].start, tiles[1].stop
     ((3, -1), (9, 8))
     """
+    return list(iter_tiles(shape, tile_shape, halo))
+
+
+def iter_tiles(shape, tile_shape, halo=0):
+    """The tiles of :func:`plan_tiles`, in the same order, made one at a time.
+
+    A plan of many small tiles held as a list costs memory of its own (about
+    1 kB a tile); a memory-bounded loop iterates instead.
+
+    Examples
+    --------
+    >>> [t.core for t in iter_tiles((5,), (2,))]
+    [(slice(0, 2, None),), (slice(2, 4, None),), (slice(4, 5, None),)]
+    """
     shape = tuple(int(n) for n in shape)
     if len(tile_shape) != len(shape) or any(int(t) < 1 for t in tile_shape):
         raise ValueError(f"tile_shape must be {len(shape)} positive integers, got {tile_shape!r}")
     pairs = normalize_halo(halo, len(shape))
     counts = [math.ceil(n / int(t)) for n, t in zip(shape, tile_shape)]
-    tiles = []
     for index in itertools.product(*(range(c) for c in counts)):
         core, start, stop, inner = [], [], [], []
         for i, n, t, (hb, ha) in zip(index, shape, tile_shape, pairs):
@@ -133,8 +146,7 @@ def plan_tiles(shape, tile_shape, halo=0) -> list[Tile]:
             start.append(lo - hb)
             stop.append(hi + ha)
             inner.append(slice(hb, hb + hi - lo))
-        tiles.append(Tile(tuple(index), tuple(core), tuple(start), tuple(stop), tuple(inner)))
-    return tiles
+        yield Tile(tuple(index), tuple(core), tuple(start), tuple(stop), tuple(inner))
 
 
 def _mode_indices(start: int, stop: int, n: int, mode: str) -> np.ndarray:
