@@ -20,6 +20,7 @@ import numpy as np
 from volsweep.io import datasets
 from volsweep.io.readers import open_volume, source_sha256
 from volsweep.io.store import create_store, ingest, open_store
+from volsweep.products import with_products
 from volsweep.tiling import plan_tiles
 
 log = logging.getLogger("volsweep")
@@ -174,7 +175,7 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, c
 def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict):
     """Rule aggregate_sweep: the blocks, in order, become ``results/{vol}/sweep.nc``."""
     store, _ = _volume(volume_zarr)
-    ds = datasets.merge_sweep_blocks(block_ncs)
+    ds = with_products(datasets.merge_sweep_blocks(block_ncs))
     ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"])
     datasets.write_netcdf(ds, out_nc)
 

@@ -72,6 +72,8 @@ def merge_sweep_blocks(paths) -> xr.Dataset:
 def stack_volumes(paths, names) -> xr.Dataset:
     """Stack per-volume datasets along a new ``volume`` dimension, in the order given."""
     parts = [open_netcdf(p) for p in paths]
+    # A variable named like the new dimension would clash with it.
+    parts = [p.rename({"volume": "volume_per_bin"}) if "volume" in p.variables else p for p in parts]
     stacked = xr.concat(parts, dim=xr.Variable("volume", list(names)), combine_attrs="drop_conflicts",
                         join="exact")
     for key in ("source_sha256", "device", "gpu"):
