@@ -51,7 +51,7 @@ def response(volume, a, theta, phi, xi, spacing=(1, 1, 1), mode="reflect", halfw
     kernel = sample_kernel(a, theta, phi, xi, spacing, halfwidth=hw)
     ext = extend(volume, mode, hw)
     kf = fold_kernel(kernel, ext.shape)
-    g = np.fft.irfftn(np.fft.rfftn(ext) * np.fft.rfftn(kf), s=ext.shape)
+    g = np.fft.irfftn(np.fft.rfftn(ext) * np.fft.rfftn(kf), s=ext.shape, axes=(0, 1, 2))
     return g[: n[0], : n[1], : n[2]]
 
 

@@ -128,15 +128,19 @@ def unique_kernels(theta, phi, xi) -> KernelSet:
 
 
 def kernel_params(ks: KernelSet, a: float, spacing, fft_shape, norm: float) -> np.ndarray:
-    """Per-kernel spectrum constants as a float32 table ``(K, 17)`` (layout shared with the GPU).
+    """Per-kernel spectrum constants as a table ``(K, 17)`` (layout shared with the GPU).
 
     Columns: dω (3), image period (3), u (3), a², c, a_eff², p_cut, scale, G (3).
     """
     out = np.empty((len(ks.xi), 17), dtype=np.float64)
-    for j, (u, x) in enumerate(zip(ks.u, ks.xi)):
-        k = _wv.spectrum_constants(a, float(x), spacing, fft_shape, u, norm)
-        out[j] = (*k["dw"], *k["period"], *k["u"], k["a2"], k["c"], k["ae2"], k["pcut"],
-                  k["scale"], *k["G"])
+    cache = {}
+    for x in np.unique(ks.xi):  # everything but u depends on ξ only
+        k = _wv.spectrum_constants(a, float(x), spacing, fft_shape, (0.0, 0.0, 0.0), norm)
+        cache[x] = (*k["dw"], *k["period"], 0.0, 0.0, 0.0, k["a2"], k["c"], k["ae2"], k["pcut"],
+                    k["scale"], *k["G"])
+    for x, row in cache.items():
+        out[ks.xi == x] = row
+    out[:, 6:9] = ks.u
     return out
 
 
@@ -246,54 +250,64 @@ def _cpu_kernels():
         return None
     from numba import prange
 
-    @nb.njit(inline="always", fastmath=True)
-    def spec(fx, fy, fz, P):
-        w0x, w0y, w0z = fx * P[0], fy * P[1], fz * P[2]
+    @nb.njit(fastmath=True)
+    def spec_row(fx, fy, nzh, P, acc):
+        # Spectrum along one rfft row (kx, ky, 0..nzh-1): images of x and y pruned per row,
+        # the inner loop over kz is branch-light so that LLVM can vectorise it.
+        f32 = np.float32
+        w0x, w0y, dwz = f32(fx * P[0]), f32(fy * P[1]), f32(P[2])
         ux, uy, uz, a2, c, ae2, pcut = P[6], P[7], P[8], P[9], P[10], P[11], P[12]
         gx, gy, gz = int(P[14]), int(P[15]), int(P[16])
-        acc = np.float32(0.0)
+        for kz in range(nzh):
+            acc[kz] = f32(0.0)
         for ix in range(-gx, gx + 1):
-            wx = w0x + ix * P[3]
+            wx = f32(w0x + f32(ix) * P[3])
             bx = wx * wx
             if ae2 * bx >= pcut:
                 continue
             for iy in range(-gy, gy + 1):
-                wy = w0y + iy * P[4]
+                wy = f32(w0y + f32(iy) * P[4])
                 bxy = bx + wy * wy
                 if ae2 * bxy >= pcut:
                     continue
+                txy = ux * wx + uy * wy
                 for iz in range(-gz, gz + 1):
-                    wz = w0z + iz * P[5]
-                    b = bxy + wz * wz
-                    if ae2 * b >= pcut:
-                        continue
-                    t = ux * wx + uy * wy + uz * wz
-                    p = a2 * b + c * t * t
-                    acc += p * np.exp(np.float32(-0.5) * p)
-        return acc * P[13]
+                    off = f32(iz) * P[5]
+                    for kz in range(nzh):
+                        wz = f32(kz) * dwz + off
+                        b = bxy + wz * wz
+                        t = txy + uz * wz
+                        p = a2 * b + c * t * t
+                        if ae2 * b < pcut:
+                            acc[kz] += p * np.exp(f32(-0.5) * p)
+        for kz in range(nzh):
+            acc[kz] *= P[13]
 
     @nb.njit(parallel=True, fastmath=True, cache=True)
     def mul_spectrum(vhat, out, nx, ny, nz, P):
         nzh = vhat.shape[2]
         for kx in prange(vhat.shape[0]):
+            acc = np.empty(nzh, np.float32)
             fx = np.float32(kx - nx if kx >= (nx + 1) // 2 else kx)
             for ky in range(ny):
                 fy = np.float32(ky - ny if ky >= (ny + 1) // 2 else ky)
+                spec_row(fx, fy, nzh, P, acc)
                 for kz in range(nzh):
-                    k = spec(fx, fy, np.float32(kz), P)
-                    out[kx, ky, kz] = vhat[kx, ky, kz] * k
+                    out[kx, ky, kz] = vhat[kx, ky, kz] * acc[kz]
 
     @nb.njit(parallel=True, fastmath=True, cache=True)
     def parseval(pw, nx, ny, P):
         rows = np.zeros(pw.shape[0])
+        nzh = pw.shape[2]
         for kx in prange(pw.shape[0]):
+            acc = np.empty(nzh, np.float32)
             fx = np.float32(kx - nx if kx >= (nx + 1) // 2 else kx)
             s = 0.0
             for ky in range(ny):
                 fy = np.float32(ky - ny if ky >= (ny + 1) // 2 else ky)
-                for kz in range(pw.shape[2]):
-                    k = spec(fx, fy, np.float32(kz), P)
-                    s += pw[kx, ky, kz] * (k * k)
+                spec_row(fx, fy, nzh, P, acc)
+                for kz in range(nzh):
+                    s += pw[kx, ky, kz] * (acc[kz] * acc[kz])
             rows[kx] = s
         tot = 0.0
         for kx in range(pw.shape[0]):  # fixed order
@@ -347,23 +361,22 @@ def _parseval_weights(vhat, fft_shape, xp):
 
 
 def _dc_spectrum(params: np.ndarray) -> np.ndarray:
-    """K̂ at frequency 0 per kernel (float64, host), from the same parameter table."""
-    out = np.empty(len(params))
-    for j, P in enumerate(params):
-        gx, gy, gz = (int(v) for v in P[14:17])
-        acc = 0.0
-        for ix in range(-gx, gx + 1):
-            for iy in range(-gy, gy + 1):
-                for iz in range(-gz, gz + 1):
-                    w = np.array([ix * P[3], iy * P[4], iz * P[5]])
-                    b = float(w @ w)
-                    if P[11] * b >= P[12]:
-                        continue
-                    t = float(w @ P[6:9])
-                    p = P[9] * b + P[10] * t * t
-                    acc += p * math.exp(-0.5 * p)
-        out[j] = acc * P[13]
-    return out
+    """K̂ at frequency 0 per kernel (float64, host, vectorised over kernels)."""
+    out = np.zeros(len(params))
+    G = params[:, 14:17].astype(int)
+    gmax = G.max(axis=0)
+    for ix in range(-gmax[0], gmax[0] + 1):
+        for iy in range(-gmax[1], gmax[1] + 1):
+            for iz in range(-gmax[2], gmax[2] + 1):
+                g = np.array([ix, iy, iz])
+                ok = np.all(np.abs(g) <= G, axis=1)
+                w = g * params[:, 3:6]
+                b = np.sum(w * w, axis=1)
+                t = np.sum(w * params[:, 6:9], axis=1)
+                p = params[:, 9] * b + params[:, 10] * t * t
+                keep = ok & (params[:, 11] * b < params[:, 12])
+                out += np.where(keep, p * np.exp(-0.5 * p), 0.0)
+    return out * params[:, 13]
 
 
 class _CpuEngine:
@@ -540,8 +553,9 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         part, pmap = engine.run_block(volume, blk, mode, ks, a, spacing, parseval, orientation_map, prog)
         parts.append(part)
         if pmap is not None:
+            xp = _be.get_array_module(pmap[1])
             resp[blk.core] = _be.to_numpy(pmap[0])
-            arg[blk.core] = _be.to_numpy(pmap[1])
+            arg[blk.core] = _be.to_numpy(xp.asarray(ks.rep.astype(np.int32))[pmap[1]])
     total = merge(parts)
     values = finalize(total, stats)
 
@@ -551,8 +565,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     data_vars["energy_weight"] = (("xi",), _wv.energy_weight(a, xi_arr))
     data_vars["wavelet_energy"] = (("xi",), _wv.wavelet_energy(a, xi_arr, spacing))
     if orientation_map:
-        flat = ks.rep[arg]
-        it, ip, ix = np.unravel_index(flat, grid)
+        it, ip, ix = np.unravel_index(arg, grid)
         data_vars["response_max"] = (("x", "y", "z"), resp)
         data_vars["argmax_theta"] = (("x", "y", "z"), it.astype(np.uint16))
         data_vars["argmax_phi"] = (("x", "y", "z"), ip.astype(np.uint16))

@@ -1,0 +1,257 @@
+"""Benchmark of volsweep.sweep against its floors and the users' baselines.
+
+Every figure is a ratio measured in the same run (medians of repetitions; GPU
+times with CUDA events).  Usage::
+
+    python benchmarks/bench_sweep.py --gpu --cpu --out results.json
+    python benchmarks/bench_sweep.py --cpu --cpu-shape 128 128 128
+
+GPU section (800×800×200 by default): per-kernel time of the sweep in ``wrap``
+and ``reflect`` over a block of ≥ 200 kernels, against the bare CuPy ``irfftn``
+of the same padded shape, against cupyx ``fftconvolve`` with a 61³ kernel, the
+Parseval path, the extrapolated 100×100×19 grid, peak device memory; and at 200³
+one step of the original nested loop (spatial kernel + cupyx ``ndimage.convolve``
+on the flattened arrays, as in the user's post).
+CPU section (128³): per kernel against ``scipy.fft.irfftn`` (all workers, same
+padded shape) and ``scipy.signal.fftconvolve`` with a 31³ kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "workflow"))
+
+from volsweep import sweep  # noqa: E402
+from volsweep.wavelet import sample_kernel  # noqa: E402
+
+
+def _grid(n_kernels):
+    """θ, φ with no duplicate kernels (θ strictly inside (−π/2, π/2), φ in [0, π))."""
+    m = int(math.ceil(math.sqrt(n_kernels)))
+    theta = np.linspace(-1.4, 1.4, m)
+    phi = np.arange(m) * np.pi / m
+    return theta, phi
+
+
+def _gpu_time(fn, reps, warm=1):
+    import cupy as cp
+
+    for _ in range(warm):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
+    return statistics.median(out)
+
+
+def _wall(fn, reps, warm=1):
+    for _ in range(warm):
+        fn()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def skern3(cp, x, y, z, a, theta, phi, xi):
+    """The user's kernel (seed 002), verbatim in its arithmetic."""
+    x = x - cp.max(x) / 2
+    y = y - cp.max(y) / 2
+    z = z - cp.max(z) / 2
+    rT = x * cp.cos(phi) * cp.cos(theta) - y * cp.sin(theta) + z * cp.sin(phi) * cp.cos(theta)
+    rp = x * cp.cos(phi) * cp.sin(theta) + y * cp.cos(theta) + z * cp.sin(phi) * cp.sin(theta)
+    rp2 = -1 * x * cp.sin(phi) + z * cp.cos(phi)
+    A = (3 - (rp / a) ** 2 - (1 / xi ** 2) * (rT / a) ** 2 - (rp2 / a) ** 2)
+    B = cp.exp((-1 / 2) * ((rp / a) ** 2 + (1 / xi ** 2) * (rT / a) ** 2 + (rp2 / a) ** 2))
+    return A * B
+
+
+def bench_gpu(args, res):
+    import cupy as cp
+    import cupyx.scipy.fft as cfft
+    from cupyx.scipy.ndimage import convolve as convolve_gpu
+    from cupyx.scipy.signal import fftconvolve
+
+    pool = cp.get_default_memory_pool()
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    res["gpu"] = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+                  "cupy": cp.__version__}
+    shape = tuple(args.shape)
+    rng = np.random.default_rng(0)
+    vol = cp.asarray(rng.random(shape, dtype=np.float32))
+    vbytes = vol.nbytes
+    theta, phi = _grid(args.kernels)
+    K = len(theta) * len(phi)
+    g = res["gpu"]
+    g.update(shape=list(shape), kernels=K, a=args.a, xi=args.xi)
+
+    for mode in args.modes:
+        kw = dict(a=args.a, mode=mode, device="cuda", progress=False)
+        pool.free_all_blocks()
+        base = pool.total_bytes()
+        ds = sweep(vol, theta, phi, [args.xi], **kw)  # warm-up (compiles kernels)
+        peak = pool.total_bytes() - base
+        t = _gpu_time(lambda: sweep(vol, theta, phi, [args.xi], **kw), args.reps, warm=0)
+        t1 = _gpu_time(lambda: sweep(vol, theta[:1], phi[:1], [args.xi], **kw), args.reps, warm=0)
+        N = tuple(ds.attrs["fft_shape"])
+        per = (t - t1) / (K - 1)
+        # bare irfftn of the same padded shape: default call, and plan + overwrite_x
+        spec = cp.asarray((rng.random((N[0], N[1], N[2] // 2 + 1)) + 1j).astype(np.complex64))
+        t_irfft = _gpu_time(lambda: cfft.irfftn(spec, s=N), 20)
+        plan = cfft.get_fft_plan(spec, shape=N, value_type="C2R")
+        work = spec.copy()
+        t_irfft_plan = _gpu_time(lambda: cfft.irfftn(work, s=N, plan=plan, overwrite_x=True), 20)
+        del plan, work, spec
+        g[mode] = dict(fft_shape=list(N), total_s=t, setup_s=t1, per_kernel_ms=per * 1e3,
+                       irfftn_ms=t_irfft * 1e3, irfftn_plan_ms=t_irfft_plan * 1e3,
+                       ratio_vs_irfftn=per / t_irfft, ratio_vs_irfftn_plan=per / t_irfft_plan,
+                       peak_bytes=peak, peak_over_volume=peak / vbytes)
+        print(f"[gpu] {mode}: N={N} per-kernel {per*1e3:.3f} ms, irfftn {t_irfft*1e3:.3f} ms "
+              f"(plan {t_irfft_plan*1e3:.3f}), peak {peak/vbytes:.2f}x volume", flush=True)
+        pool.free_all_blocks()
+
+    # Parseval path (wrap, energy/std/mean only)
+    kw = dict(a=args.a, mode="wrap", device="cuda", progress=False, stats=("energy", "std", "mean"))
+    ds = sweep(vol, theta, phi, [args.xi], **kw)
+    assert ds.attrs["method"] == "parseval"
+    t = _gpu_time(lambda: sweep(vol, theta, phi, [args.xi], **kw), args.reps, warm=0)
+    t1 = _gpu_time(lambda: sweep(vol, theta[:1], phi[:1], [args.xi], **kw), args.reps, warm=0)
+    per = (t - t1) / (K - 1)
+    g["parseval"] = dict(per_kernel_ms=per * 1e3, ratio_vs_irfftn=per / g["wrap"]["irfftn_ms"] * 1e3
+                         if "wrap" in g else None)
+    print(f"[gpu] parseval per-kernel {per*1e3:.4f} ms", flush=True)
+
+    # Orientation map overhead (wrap)
+    kw = dict(a=args.a, mode="wrap", device="cuda", progress=False, orientation_map=True)
+    t1 = _gpu_time(lambda: sweep(vol, theta[:1], phi[:1], [args.xi], **kw), 2, warm=1)
+    t = _gpu_time(lambda: sweep(vol, theta, phi, [args.xi], **kw), 2, warm=0)
+    g["orientation_map_per_kernel_ms"] = (t - t1) / (K - 1) * 1e3
+    g["orientation_map_setup_s"] = t1
+    print(f"[gpu] orientation_map per-kernel {(t - t1) / (K - 1) * 1e3:.3f} ms, setup {t1:.2f} s", flush=True)
+    pool.free_all_blocks()
+
+    # cupyx fftconvolve with a 61^3 kernel, per parameter
+    k61 = cp.asarray(sample_kernel(3.0, 0.3, 0.2, 2.0, halfwidth=(30, 30, 30)).astype(np.float32))
+    base = pool.total_bytes()
+    fftconvolve(vol, k61, mode="same")
+    fpeak = pool.total_bytes() - base
+    t_fc = _gpu_time(lambda: fftconvolve(vol, k61, mode="same"), 5)
+    g["fftconvolve61_ms"] = t_fc * 1e3
+    g["fftconvolve61_peak_over_volume"] = fpeak / vbytes
+    for mode in args.modes:
+        g[mode]["speedup_vs_fftconvolve61"] = t_fc / (g[mode]["per_kernel_ms"] / 1e3)
+    del k61
+    pool.free_all_blocks()
+
+    # Full grid extrapolation (100 x 100 x 19 kernels, wrap per-kernel time, no dedup credit)
+    n_full = 100 * 100 * 19
+    for mode in args.modes:
+        g[mode]["full_grid_min"] = n_full * g[mode]["per_kernel_ms"] / 1e3 / 60 + g[mode]["setup_s"] / 60
+
+    # Original nested loop at 200^3, one step (skern3 + ndimage.convolve on flattened arrays)
+    if args.nested:
+        n = 200
+        v2 = rng.random((n, n, n))
+        xs = np.uint16(np.linspace(0, n, n))
+        x, y, z = np.meshgrid(xs, xs, xs)
+        x, y, z = (cp.asarray(c.ravel()) for c in (x, y, z))
+        f = cp.asarray(v2.ravel())
+
+        def step():
+            w = skern3(cp, x, y, z, cp.asarray(1.0), cp.asarray(0.3), cp.asarray(0.2), cp.asarray(2.0))
+            G = convolve_gpu(f, w)
+            return cp.sum(cp.abs(G) ** 2), cp.sqrt(cp.var(G)), cp.max(G)
+
+        t_nested = _gpu_time(step, 1, warm=0)
+        v2d = cp.asarray(v2.astype(np.float32))
+        th2, ph2 = _grid(64)
+        kw = dict(a=1.0, mode="reflect", device="cuda", progress=False)
+        sweep(v2d, th2, ph2, [2.0], **kw)
+        t64 = _gpu_time(lambda: sweep(v2d, th2, ph2, [2.0], **kw), 3, warm=0)
+        per200 = t64 / (len(th2) * len(ph2))
+        g["nested_200_s"] = t_nested
+        g["sweep_200_per_kernel_ms"] = per200 * 1e3
+        g["speedup_vs_nested"] = t_nested / per200
+        print(f"[gpu] nested loop 200^3 one step {t_nested:.2f} s; sweep {per200*1e3:.3f} ms/kernel", flush=True)
+
+
+def bench_cpu(args, res):
+    import scipy
+    import scipy.fft as sfft
+    from scipy.signal import fftconvolve
+
+    shape = tuple(args.cpu_shape)
+    rng = np.random.default_rng(1)
+    vol = rng.random(shape).astype(np.float32)
+    theta, phi = _grid(args.cpu_kernels)
+    K = len(theta) * len(phi)
+    c = res["cpu"] = dict(shape=list(shape), kernels=K, cores=os.cpu_count(), scipy=scipy.__version__,
+                          processor=platform.processor() or platform.machine())
+    for mode in args.modes:
+        kw = dict(a=args.a, mode=mode, device="cpu", progress=False)
+        ds = sweep(vol, theta, phi, [args.xi], **kw)  # warm-up (numba compile)
+        t = _wall(lambda: sweep(vol, theta, phi, [args.xi], **kw), args.reps, warm=0)
+        t1 = _wall(lambda: sweep(vol, theta[:1], phi[:1], [args.xi], **kw), args.reps, warm=0)
+        per = (t - t1) / (K - 1)
+        N = tuple(ds.attrs["fft_shape"])
+        spec = (rng.random((N[0], N[1], N[2] // 2 + 1)) + 1j).astype(np.complex64)
+        t_ir = _wall(lambda: sfft.irfftn(spec, s=N, workers=-1), 5)
+        c[mode] = dict(fft_shape=list(N), per_kernel_ms=per * 1e3, irfftn_ms=t_ir * 1e3,
+                       ratio_vs_irfftn=per / t_ir)
+        print(f"[cpu] {mode}: N={N} per-kernel {per*1e3:.2f} ms, irfftn {t_ir*1e3:.2f} ms", flush=True)
+    k31 = sample_kernel(2.0, 0.3, 0.2, 1.5, halfwidth=(15, 15, 15)).astype(np.float32)
+    t_fc = _wall(lambda: fftconvolve(vol, k31, mode="same"), 3)
+    c["fftconvolve31_ms"] = t_fc * 1e3
+    for mode in args.modes:
+        c[mode]["speedup_vs_fftconvolve31"] = t_fc / (c[mode]["per_kernel_ms"] / 1e3)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpu", action="store_true")
+    p.add_argument("--cpu", action="store_true")
+    p.add_argument("--shape", type=int, nargs=3, default=(800, 800, 200))
+    p.add_argument("--kernels", type=int, default=225, help="GPU block size (rounded up to a square)")
+    p.add_argument("--cpu-shape", type=int, nargs=3, default=(128, 128, 128))
+    p.add_argument("--cpu-kernels", type=int, default=25)
+    p.add_argument("--modes", nargs="+", default=["wrap", "reflect"])
+    p.add_argument("--a", type=float, default=1.0)
+    p.add_argument("--xi", type=float, default=1.0)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--no-nested", dest="nested", action="store_false")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    res = {"command": " ".join(sys.argv), "host": platform.node()}
+    try:
+        if args.gpu:
+            bench_gpu(args, res)
+        if args.cpu:
+            bench_cpu(args, res)
+    finally:
+        text = json.dumps(res, indent=1, default=float)
+        print(text)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""CuPy backend of the sweep engine: fused CUDA kernels and in-place cuFFT plans.
+
+Per block: the padded volume is written into a complex64 buffer ``B`` (viewed as
+real with the last axis padded to ``2·(nz//2+1)``) and transformed in place.  Per
+kernel: ``mul_spec`` writes ``Y = B · K̂`` (spectrum computed in registers),
+``Y`` is inverse-transformed in place by one reused C2R plan, and ``core_stats``
+reduces the core voxels into per-CUDA-block float64 partials.  Partials are
+reduced on the device every chunk of kernels; the host reads the results once
+per block.  Device memory: two half spectra (≈ 2 × 4 bytes per padded voxel)
+plus the cuFFT work area.  No cupy FFT plan cache is involved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import cupy as cp
+from cupy.cuda import cufft
+
+from . import wavelet as _wv
+from .stats import Partial
+from .tiling import read_block
+
+THREADS = 256
+#: Kernels whose per-CUDA-block partials are buffered before a device-side reduction.
+CHUNK = 256
+#: Bytes per host→device slab while filling the padded volume.
+SLAB_BYTES = 64 << 20
+
+_SRC = r"""
+typedef IDX_T idx_t;
+
+__device__ __forceinline__ float spec(float fx, float fy, float fz, const float* __restrict__ P) {
+    const float w0x = fx * P[0], w0y = fy * P[1], w0z = fz * P[2];
+    const float ux = P[6], uy = P[7], uz = P[8], a2 = P[9], c = P[10], ae2 = P[11], pcut = P[12];
+    const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
+    float acc = 0.0f;
+    for (int ix = -gx; ix <= gx; ++ix) {
+        const float wx = w0x + ix * P[3];
+        const float bx = wx * wx;
+        if (ae2 * bx >= pcut) continue;
+        for (int iy = -gy; iy <= gy; ++iy) {
+            const float wy = w0y + iy * P[4];
+            const float bxy = bx + wy * wy;
+            if (ae2 * bxy >= pcut) continue;
+            for (int iz = -gz; iz <= gz; ++iz) {
+                const float wz = w0z + iz * P[5];
+                const float b = bxy + wz * wz;
+                if (ae2 * b >= pcut) continue;
+                const float t = ux * wx + uy * wy + uz * wz;
+                const float p = a2 * b + c * t * t;
+                acc += p * __expf(-0.5f * p);
+            }
+        }
+    }
+    return acc * P[13];
+}
+
+__device__ __forceinline__ void freq(idx_t i, int nx, int ny, int nzh, float* fx, float* fy, float* fz) {
+    const int kz = (int)(i % (idx_t)nzh);
+    const idx_t r = i / (idx_t)nzh;
+    const int ky = (int)(r % (idx_t)ny);
+    const int kx = (int)(r / (idx_t)ny);
+    *fx = (float)(kx >= (nx + 1) / 2 ? kx - nx : kx);
+    *fy = (float)(ky >= (ny + 1) / 2 ? ky - ny : ky);
+    *fz = (float)kz;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_min(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Fixed-shape block reduction; thread 0 writes (s, s2, mx, mn) to out[0..3].
+__device__ __forceinline__ void block_reduce4(double s, double s2, float mx, float mn, double* out) {
+    __shared__ double sh_s[32], sh_s2[32];
+    __shared__ float sh_mx[32], sh_mn[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    s = warp_sum(s); s2 = warp_sum(s2); mx = warp_max(mx); mn = warp_min(mn);
+    if (lane == 0) { sh_s[warp] = s; sh_s2[warp] = s2; sh_mx[warp] = mx; sh_mn[warp] = mn; }
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < nw ? sh_s[lane] : 0.0;
+        s2 = lane < nw ? sh_s2[lane] : 0.0;
+        mx = lane < nw ? sh_mx[lane] : -__int_as_float(0x7f800000);
+        mn = lane < nw ? sh_mn[lane] : __int_as_float(0x7f800000);
+        s = warp_sum(s); s2 = warp_sum(s2); mx = warp_max(mx); mn = warp_min(mn);
+        if (lane == 0) { out[0] = s; out[1] = s2; out[2] = (double)mx; out[3] = (double)mn; }
+    }
+}
+
+extern "C" __global__ void mul_spec(const float2* __restrict__ vhat, float2* __restrict__ out,
+                                    const float* __restrict__ prm, const int j,
+                                    const int nx, const int ny, const int nzh, const idx_t total) {
+    const float* P = prm + 17 * j;
+    for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (idx_t)gridDim.x * blockDim.x) {
+        float fx, fy, fz;
+        freq(i, nx, ny, nzh, &fx, &fy, &fz);
+        const float k = spec(fx, fy, fz, P);
+        const float2 v = vhat[i];
+        out[i] = make_float2(v.x * k, v.y * k);
+    }
+}
+
+extern "C" __global__ void parseval(const float* __restrict__ pw, double* __restrict__ part,
+                                    const float* __restrict__ prm, const int j, const int slot,
+                                    const int nx, const int ny, const int nzh, const idx_t total) {
+    const float* P = prm + 17 * j;
+    double s2 = 0.0;
+    for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (idx_t)gridDim.x * blockDim.x) {
+        float fx, fy, fz;
+        freq(i, nx, ny, nzh, &fx, &fy, &fz);
+        const float k = spec(fx, fy, fz, P);
+        s2 += (double)(pw[i] * (k * k));
+    }
+    block_reduce4(0.0, s2, 0.0f, 0.0f, part + 4 * ((idx_t)slot * gridDim.x + blockIdx.x));
+}
+
+extern "C" __global__ void core_stats(const float* __restrict__ g, double* __restrict__ part,
+                                      const int slot, const int ny, const int lz,
+                                      const int ox, const int oy, const int oz,
+                                      const int cx, const int cy, const int cz, const idx_t ncore,
+                                      float* __restrict__ resp, int* __restrict__ arg,
+                                      const int kid, const int omap) {
+    double s = 0.0, s2 = 0.0;
+    float mx = -__int_as_float(0x7f800000), mn = __int_as_float(0x7f800000);
+    for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < ncore;
+         i += (idx_t)gridDim.x * blockDim.x) {
+        const int z = (int)(i % (idx_t)cz);
+        const idx_t r = i / (idx_t)cz;
+        const int y = (int)(r % (idx_t)cy);
+        const int x = (int)(r / (idx_t)cy);
+        const float v = g[((idx_t)(ox + x) * ny + (oy + y)) * lz + (oz + z)];
+        const double dv = (double)v;
+        s += dv; s2 += dv * dv;
+        mx = fmaxf(mx, v); mn = fminf(mn, v);
+        if (omap && v > resp[i]) { resp[i] = v; arg[i] = kid; }
+    }
+    block_reduce4(s, s2, mx, mn, part + 4 * ((idx_t)slot * gridDim.x + blockIdx.x));
+}
+"""
+
+_MODULES = {}
+
+
+def _module(wide: bool):
+    key = bool(wide)
+    if key not in _MODULES:
+        src = _SRC.replace("IDX_T", "unsigned long long" if wide else "unsigned int")
+        _MODULES[key] = cp.RawModule(code=src, options=("-std=c++14",))
+    return _MODULES[key]
+
+
+def _n_blocks(total: int) -> int:
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    return int(max(1, min(-(-total // THREADS), sms * 8)))
+
+
+def c2r_plan(shape):
+    """In-place C2R plan for a half spectrum ``(nx, ny, nz//2+1)`` → real padded ``(nx, ny, 2·(nz//2+1))``."""
+    nx, ny, nz = (int(n) for n in shape)
+    nzh = nz // 2 + 1
+    return cufft.PlanNd([nx, ny, nz], [nx, ny, nzh], 1, nx * ny * nzh, [nx, ny, 2 * nzh], 1,
+                        nx * ny * 2 * nzh, cufft.CUFFT_C2R, 1, "C", 2, nz)
+
+
+def r2c_plan(shape):
+    """In-place R2C plan, the inverse layout of :func:`c2r_plan`."""
+    nx, ny, nz = (int(n) for n in shape)
+    nzh = nz // 2 + 1
+    return cufft.PlanNd([nx, ny, nz], [nx, ny, 2 * nzh], 1, nx * ny * 2 * nzh, [nx, ny, nzh], 1,
+                        nx * ny * nzh, cufft.CUFFT_R2C, 1, "C", 2, nzh)
+
+
+def padded_spectrum(volume, start, fft_shape, mode):
+    """rfftn of the mode-padded block ``volume[start : start + fft_shape]``, computed in place.
+
+    Returns the complex64 half spectrum ``(nx, ny, nz//2+1)``; the volume is read in x-slabs
+    (``read_block``) so that the host→device copies stay small.
+    """
+    nx, ny, nz = fft_shape
+    nzh = nz // 2 + 1
+    B = cp.empty((nx, ny, nzh), dtype=cp.complex64)
+    Br = B.view(cp.float32)  # (nx, ny, 2*nzh)
+    on_device = isinstance(volume, cp.ndarray)
+    step = max(1, SLAB_BYTES // (4 * ny * nz))
+    for x0 in range(0, nx, step):
+        x1 = min(nx, x0 + step)
+        lo = (start[0] + x0, start[1], start[2])
+        hi = (start[0] + x1, start[1] + ny, start[2] + nz)
+        if on_device:
+            slab = read_block(volume, lo, hi, mode, xp=cp, dtype=cp.float32)
+        else:
+            slab = cp.asarray(read_block(volume, lo, hi, mode, xp=np, dtype=np.float32))
+        Br[x0:x1, :, :nz] = slab
+        del slab
+    plan = r2c_plan(fft_shape)
+    plan.fft(Br, B, cufft.CUFFT_FORWARD)
+    del plan  # frees its work area before the inverse plan takes one
+    return B
+
+
+class GpuEngine:
+    """Runs blocks of kernels on the current CUDA device."""
+
+    name = "cuda"
+
+    def sync(self):
+        cp.cuda.get_current_stream().synchronize()
+
+    @staticmethod
+    def default_budget() -> float:
+        free, _ = cp.cuda.runtime.memGetInfo()
+        return 0.85 * (free + cp.get_default_memory_pool().free_bytes())
+
+    def run_block(self, volume, block, mode, ks, a, spacing, parseval, omap, progress):
+        from .engine import _dc_spectrum, _parseval_weights, kernel_params
+
+        N = tuple(int(n) for n in block.fft_shape)
+        nx, ny, nz = N
+        nzh = nz // 2 + 1
+        total = nx * ny * nzh
+        cx, cy, cz = (int(n) for n in block.core_shape)
+        ncore = cx * cy * cz
+        K = len(ks.xi)
+        wide = max(total, 2 * total, ncore) >= 2**31
+        idx = np.uint64 if wide else np.uint32
+        mod = _module(wide)
+        B = padded_spectrum(volume, block.start, N, mode)
+
+        if parseval:
+            params = kernel_params(ks, a, spacing, N, 1.0)
+            prm = cp.asarray(params.astype(np.float32))
+            dc = _dc_spectrum(params) * float(B[0, 0, 0].real.get())
+            pw = _parseval_weights(B, N, cp).astype(cp.float32)
+            del B
+            kern = mod.get_function("parseval")
+            nb = _n_blocks(total)
+            res = cp.empty(K)
+            part = cp.empty((min(K, CHUNK), nb, 4))
+            for j0 in range(0, K, CHUNK):
+                cnt = min(CHUNK, K - j0)
+                for s in range(cnt):
+                    kern((nb,), (THREADS,), (pw, part, prm, np.int32(j0 + s), np.int32(s),
+                                            np.int32(nx), np.int32(ny), np.int32(nzh), idx(total)))
+                    progress.step()
+                res[j0:j0 + cnt] = part[:cnt, :, 1].sum(axis=1)
+            nanv = np.full(K, np.nan)
+            return Partial(ncore, dc, res.get(), nanv, nanv.copy()), None
+
+        # cuFFT's C2R is unnormalised: fold 1/N into the spectrum.
+        params = kernel_params(ks, a, spacing, N, 1.0 / float(np.prod(N)))
+        prm = cp.asarray(params.astype(np.float32))
+        Y = cp.empty_like(B)
+        Yr = Y.view(cp.float32)
+        plan = c2r_plan(N)
+        mul = mod.get_function("mul_spec")
+        stats = mod.get_function("core_stats")
+        nb_mul = _n_blocks(total)
+        nb = _n_blocks(ncore)
+        if omap:
+            resp = cp.full(block.core_shape, -cp.inf, dtype=cp.float32)
+            arg = cp.zeros(block.core_shape, dtype=cp.int32)
+        else:
+            resp = cp.empty(1, dtype=cp.float32)
+            arg = cp.empty(1, dtype=cp.int32)
+        ox, oy, oz = (np.int32(o) for o in block.core_offset)
+        res = cp.empty((K, 4))
+        part = cp.empty((min(K, CHUNK), nb, 4))
+        for j0 in range(0, K, CHUNK):
+            cnt = min(CHUNK, K - j0)
+            for s in range(cnt):
+                j = j0 + s
+                mul((nb_mul,), (THREADS,), (B, Y, prm, np.int32(j), np.int32(nx), np.int32(ny),
+                                            np.int32(nzh), idx(total)))
+                plan.fft(Y, Yr, cufft.CUFFT_INVERSE)
+                stats((nb,), (THREADS,), (Yr, part, np.int32(s), np.int32(ny), np.int32(2 * nzh),
+                                          ox, oy, oz, np.int32(cx), np.int32(cy), np.int32(cz),
+                                          idx(ncore), resp, arg, np.int32(j), np.int32(bool(omap))))
+                progress.step()
+            p = part[:cnt]
+            res[j0:j0 + cnt, 0] = p[:, :, 0].sum(axis=1)
+            res[j0:j0 + cnt, 1] = p[:, :, 1].sum(axis=1)
+            res[j0:j0 + cnt, 2] = p[:, :, 2].max(axis=1)
+            res[j0:j0 + cnt, 3] = p[:, :, 3].min(axis=1)
+        out = Partial.from_array(ncore, res.get())
+        del plan, Y, Yr, B
+        return out, ((resp, arg) if omap else None)
