@@ -128,10 +128,13 @@ def _kernels():
         return out
 
     @njit(cache=True, parallel=True)
-    def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, out):
-        # out[p] = 1 for the centres kept: D(p) > 0, within r2keep of the box
-        # [lo, hi) and not inside the open ball of a 26-neighbour q, i.e. not
-        # D(q) >= D(p) + |p - q|  <=>  L = b + c - a >= 0 and L*L >= 4*b*c.
+    def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
+              out):
+        # out[p] = 1 for the centres kept: D(p) > 0, within r2keep of the box [lo, hi),
+        # and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap the
+        # test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
+        # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
+        # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.
         n0, n1, n2 = d2.shape
         for i in prange(n0):
             gi = 0
@@ -163,6 +166,9 @@ def _kernels():
                         continue
                     keep = True
                     if a != np.inf:
+                        lev = -1
+                        if a < r2cap:
+                            lev = np.searchsorted(levels, a, side="left") - 1
                         for di in range(-1, 2):
                             ii = i + di
                             if ii < 0 or ii >= n0:
@@ -177,6 +183,12 @@ def _kernels():
                                         continue
                                     b = d2[ii, jj, kk]
                                     if b == np.inf:
+                                        continue
+                                    if lev >= 0:
+                                        et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
+                                        if b > need[et, lev]:
+                                            keep = False
+                                            break
                                         continue
                                     x = di * sx
                                     y = dj * sy
@@ -215,43 +227,95 @@ def _kernels():
             h -= 1
         return h
 
+    @njit(cache=True, inline="always")
+    def shrink(h, base, r2, s):
+        # Largest h' <= h with base + (h'*s)^2 < r2 (monotone: callers pass an upper bound).
+        while h >= 0:
+            t = h * s
+            if base + t * t < r2:
+                break
+            h -= 1
+        return h
+
+    @njit(cache=True, inline="always")
+    def chmax(M, oj, q, pos, rank):
+        v = M[oj, q, pos]
+        M[oj, q, pos] = v if v > rank else rank  # branchless (select)
+
     @njit(cache=True, parallel=True)
-    def paint(ci, cj, ck, r2s, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, rx, nchunks, out):
-        # out (shape hi - lo) = max of r2 over the candidate balls covering each voxel.
-        # Parallel over slabs of axis 0: every slab is written by one thread only.
-        m0 = hi0 - lo0
-        for c in prange(nchunks):
-            a = lo0 + (m0 * c) // nchunks
-            b = lo0 + (m0 * (c + 1)) // nchunks
-            if a >= b:
-                continue
-            start = np.searchsorted(ci, a - rx, side="left")
-            stop = np.searchsorted(ci, b + rx, side="right")
-            for m in range(start, stop):
-                i0 = ci[m]
-                j0 = cj[m]
-                k0 = ck[m]
-                r2 = r2s[m]
-                hi = half(0.0, r2, sx)
-                dlo = max(-hi, a - i0)
-                dhi = min(hi, b - 1 - i0)
-                for di in range(dlo, dhi + 1):
-                    x = di * sx
-                    aa = x * x
-                    hj = half(aa, r2, sy)
-                    jlo = max(j0 - hj, lo1)
-                    jhi = min(j0 + hj, hi1 - 1)
-                    for jj in range(jlo, jhi + 1):
-                        y = (jj - j0) * sy
-                        ab = aa + y * y
-                        hk = half(ab, r2, sz)
-                        klo = max(k0 - hk, lo2)
-                        khi = min(k0 + hk, hi2 - 1)
-                        oi = i0 + di - lo0
-                        oj = jj - lo1
-                        for kk in range(klo, khi + 1):
-                            if out[oi, oj, kk - lo2] < r2:
-                                out[oi, oj, kk - lo2] = r2
+    def paint(rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2,
+              rx, ngroups, out):
+        # out (shape hi - lo) = max rank of the candidate balls covering each voxel.
+        # One output plane per task: every ball row crossing it, a span [l, r] of axis 2,
+        # is two writes into a sparse table (levels of power-of-two lengths, "range
+        # chmax"), pushed down once per plane.  Half-widths shrink monotonically with
+        # |dj|, so a row costs a few comparisons; no sqrt per row.
+        m0, m1, m2 = out.shape
+        nq = 0
+        while (2 << nq) <= m2:
+            nq += 1
+        ngroups = min(m0, ngroups)
+        lg = np.zeros(m2 + 2, np.int64)
+        for ln in range(2, m2 + 2):
+            lg[ln] = lg[ln // 2] + 1
+        for g in prange(ngroups):
+            # One sparse table per worker, cleared as it is pushed down.
+            M = np.zeros((m1, nq + 1, m2), np.uint32)
+            for oi in range((m0 * g) // ngroups, (m0 * (g + 1)) // ngroups):
+                i = lo0 + oi
+                # Centres in row order (merged over the source planes i - rx .. i + rx) so
+                # the rows of M being written stay in cache.
+                ilo = max(i - rx, 0)
+                ihi = min(i + rx, n0 - 1)
+                for jc in range(n1):
+                    for ic in range(ilo, ihi + 1):
+                        for m in range(rowstart[ic * n1 + jc], rowstart[ic * n1 + jc + 1]):
+                          r2 = r2s[m]
+                          x = (i - ic) * sx
+                          aa = x * x
+                          if not aa < r2:
+                              continue
+                          j0 = cj[m]
+                          k0 = ck[m]
+                          rank = ranks[m]
+                          hj = half(aa, r2, sy)
+                          hk = half(aa, r2, sz)
+                          for adj in range(0, hj + 1):
+                              y = adj * sy
+                              ab = aa + y * y
+                              hk = shrink(hk, ab, r2, sz)
+                              if hk < 0:
+                                  break
+                              lft = max(k0 - hk, lo2) - lo2
+                              rgt = min(k0 + hk, hi2 - 1) - lo2
+                              if lft > rgt:
+                                  continue
+                              ln = rgt - lft + 1
+                              q = lg[ln]
+                              p2 = rgt - (1 << q) + 1
+                              jj = j0 + adj
+                              if jj >= lo1 and jj < hi1:
+                                  chmax(M, jj - lo1, q, lft, rank)
+                                  chmax(M, jj - lo1, q, p2, rank)
+                              if adj > 0:
+                                  jj = j0 - adj
+                                  if jj >= lo1 and jj < hi1:
+                                      chmax(M, jj - lo1, q, lft, rank)
+                                      chmax(M, jj - lo1, q, p2, rank)
+                for oj in range(m1):
+                    for q in range(nq, 0, -1):
+                        hq = 1 << (q - 1)
+                        for pos in range(m2 - (1 << q) + 1):
+                            v = M[oj, q, pos]
+                            if v:
+                                M[oj, q, pos] = 0
+                                if M[oj, q - 1, pos] < v:
+                                    M[oj, q - 1, pos] = v
+                                if M[oj, q - 1, pos + hq] < v:
+                                    M[oj, q - 1, pos + hq] = v
+                    for pos in range(m2):
+                        out[oi, oj, pos] = M[oj, 0, pos]
+                        M[oj, 0, pos] = 0
         return out
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
@@ -299,26 +363,105 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     """Flat indices (sorted) of the ball centres that survive pruning."""
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
+    r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
+    levels, need, r2cap = prune_table(r2need, spacing)
     mask = np.empty(d2.shape, np.uint8)
     k["prune"](d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
-               *[int(v) for v in box_hi], float(r2keep), mask)
+               *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, mask)
     return np.flatnonzero(mask)
 
 
-def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi) -> np.ndarray:
-    """Max of D(p)**2 over the candidate balls covering each voxel of the box [lo, hi)."""
+def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi):
+    """Rank map (uint32) of the box [lo, hi) and the sorted distinct D2 values it indexes.
+
+    ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
+    ``values[r - 1]``; 0 = not covered.
+    """
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
-    out = np.zeros(shape, np.float64)
-    if cand.size == 0 or out.size == 0:
-        return out
+    out = np.zeros(shape, np.uint32)
     n0, n1, n2 = d2.shape
+    r2s = d2.reshape(-1)[cand]
+    values, ranks = np.unique(r2s, return_inverse=True)
+    if cand.size == 0 or out.size == 0:
+        return out, values
+    ranks = (ranks.ravel() + 1).astype(np.uint32)
     ci, rem = np.divmod(cand, n1 * n2)
     cj, ck = np.divmod(rem, n2)
-    r2s = d2.reshape(-1)[cand]
-    rx = int(math.sqrt(float(r2s.max())) / sx) + 2
-    nchunks = max(1, min(shape[0], 4 * _threads()))
-    k["paint"](ci, cj, ck, r2s, sx, sy, sz, *[int(v) for v in box_lo],
-               *[int(v) for v in box_hi], rx, nchunks, out)
-    return out
+    rx = int(math.sqrt(float(values[-1])) / sx) + 2
+    # rowstart[ic * n1 + jc]: first candidate of row (ic, jc) (candidates are sorted).
+    rowstart = np.searchsorted(cand, np.arange(n0 * n1 + 1, dtype=np.int64) * n2)
+    k["paint"](rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, *[int(v) for v in box_lo],
+               *[int(v) for v in box_hi], rx, 4 * _threads(), out)
+    return out, values
+
+
+def finish(ranks: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Float32 diameter from a rank map: 2*sqrt(values[rank - 1]), 0 where rank is 0."""
+    lut = np.zeros(values.size + 1, np.float32)
+    lut[1:] = (2.0 * np.sqrt(values)).astype(np.float32)
+    return lut[ranks]
+
+
+# ---------------------------------------------------------------------------- tables (NumPy only)
+# Offsets in a pruning table: about 4/3 pi r^3; beyond this many the continuous test is used.
+MAX_TABLE_OFFSETS = 2_000_000
+
+
+def canonical_norms(di, dj, dk, spacing) -> np.ndarray:
+    """The canonical float64 squared length of integer offsets (NumPy, no FMA)."""
+    sx, sy, sz = (float(s) for s in spacing)
+    x = np.asarray(di, np.float64) * sx
+    y = np.asarray(dj, np.float64) * sy
+    z = np.asarray(dk, np.float64) * sz
+    return (x * x + y * y) + z * z
+
+
+def offset_table(r2cap: float, spacing):
+    """All integer offsets with canonical norm < r2cap, sorted by norm (stable): (norms, di, dj, dk)."""
+    r = math.sqrt(r2cap)
+    h = [int(r / float(s)) + 1 for s in spacing]
+    if max(h) > 32767:
+        raise ValueError(f"radius {r} too large for an offset table (int16 offsets)")
+    ai, aj, ak = (np.arange(-m, m + 1, dtype=np.int16) for m in h)
+    di, dj, dk = np.meshgrid(ai, aj, ak, indexing="ij")
+    norms = canonical_norms(di, dj, dk, spacing).ravel()
+    sel = np.flatnonzero(norms < r2cap)
+    order = sel[np.argsort(norms[sel], kind="stable")]
+    return (norms[order], di.ravel()[order].copy(), dj.ravel()[order].copy(),
+            dk.ravel()[order].copy())
+
+
+def _table_cap(r2need: float, spacing) -> float:
+    """The r2cap of a table for r2need (grown geometrically), bounded by MAX_TABLE_OFFSETS."""
+    vox = float(np.prod([float(s) for s in spacing]))
+    rmax_allowed = (MAX_TABLE_OFFSETS * vox * 3 / (4 * math.pi)) ** (1 / 3)
+    cap = max(2.0 * r2need, 16.0 * max(float(s) for s in spacing) ** 2)
+    return min(cap, rmax_allowed ** 2)
+
+
+_PRUNE_TABLES: dict = {}
+
+
+def prune_table(r2need: float, spacing):
+    """(levels, need, r2cap): distinct norms < r2cap and, for each of the 7 neighbour types
+    e = (|di|, |dj|, |dk|) (index 4|di| + 2|dj| + |dk| - 1), need[e, l] = max |o + e|^2 over
+    the offsets o with |o|^2 <= levels[l].  Cached per spacing; grows when needed."""
+    key = tuple(float(s) for s in spacing)
+    t = _PRUNE_TABLES.get(key)
+    if t is not None and (t[2] > r2need or t[3]):
+        return t[:3]
+    cap = _table_cap(r2need, key)
+    norms, di, dj, dk = offset_table(cap, key)
+    levels, first = np.unique(norms, return_index=True)
+    last = np.r_[first[1:], norms.size] - 1
+    need = np.empty((7, levels.size), np.float64)
+    adi, adj, adk = (np.abs(v).astype(np.int64) for v in (di, dj, dk))
+    for e in range(1, 8):
+        ei, ej, ek = (e >> 2) & 1, (e >> 1) & 1, e & 1
+        m = canonical_norms(adi + ei, adj + ej, adk + ek, key)
+        need[e - 1] = np.maximum.accumulate(m)[last]
+    saturated = cap < max(2.0 * r2need, 16.0 * max(key) ** 2)
+    _PRUNE_TABLES[key] = (levels, need, cap, saturated)
+    return levels, need, cap

@@ -10,12 +10,13 @@ bit-identical results:
    until the next term alone exceeds the best value (cost ~ D/spacing per voxel).
    Our own kernels rather than cupyx's ``distance_transform_edt``, which pads
    non-cubic inputs to a cube and returns rooted, not squared, distances.
-2. ``lt_prune``: drop centres whose open ball lies in a 26-neighbour's.
-3. ``lt_paint``: one warp per surviving centre paints its ball from a table of
-   offsets sorted by canonical norm (the ball is a prefix of it) with
-   ``atomicMax`` on the float64 bits (non-negative doubles order as uint64).
+2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
+   (exact table test, ``_thickness_cpu.prune_table``).
+3. ``lt_paint``: one warp per surviving centre paints its ball row by row with
+   ``atomicMax`` of the centre's rank among the distinct D2 values (uint32);
+   ``finish`` maps ranks back to 2*sqrt(D2) through a lookup table.
 
-Module-level state (compiled module, offset tables) lives for the process: no
+Module-level state (compiled module, pruning tables) lives for the process: no
 per-call compilation, and the tables only grow when a larger radius is seen.
 This module imports CuPy lazily and never imports edt, numba, zarr or dask.
 """
@@ -87,7 +88,9 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
                                     long long n0, long long n1, long long n2,
                                     double sx, double sy, double sz, double eps,
                                     long long lo0, long long lo1, long long lo2,
-                                    long long hi0, long long hi1, long long hi2, double r2keep)
+                                    long long hi0, long long hi1, long long hi2, double r2keep,
+                                    const double* __restrict__ levels, long long nlev,
+                                    const double* __restrict__ need, double r2cap)
 {
     long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= n0 * n1 * n2) return;
@@ -105,6 +108,12 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
         if (g < r2keep) {
             res = 1;
             if (a != LT_INF) {
+                long long lev = -1;
+                if (a < r2cap) {  /* number of levels < a, minus one */
+                    long long l = 0, h = nlev;
+                    while (l < h) { long long mid = (l + h) >> 1; if (levels[mid] < a) l = mid + 1; else h = mid; }
+                    lev = l - 1;
+                }
                 for (int di = -1; di <= 1 && res; ++di) {
                     long long ii = i + di;
                     if (ii < 0 || ii >= n0) continue;
@@ -116,6 +125,11 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
                             if (kk < 0 || kk >= n2 || (di == 0 && dj == 0 && dk == 0)) continue;
                             double b = d2[(ii * n1 + jj) * n2 + kk];
                             if (b == LT_INF) continue;
+                            if (lev >= 0) {
+                                int et = (di < 0 ? -di : di) * 4 + (dj < 0 ? -dj : dj) * 2 + (dk < 0 ? -dk : dk) - 1;
+                                if (b > need[et * nlev + lev]) { res = 0; break; }
+                                continue;
+                            }
                             x = __dmul_rn((double)di, sx); y = __dmul_rn((double)dj, sy); z = __dmul_rn((double)dk, sz);
                             double cc = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
                             if (b >= cc) {
@@ -132,15 +146,43 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
     keep[p] = res;
 }
 
-/* One warp per centre; the ball of squared radius r2 is the first cnt[w] offsets. */
+__device__ __forceinline__ long long lt_half(double base, double r2, double s)
+{
+    /* largest h >= 0 with base + (h*s)^2 < r2, or -1 */
+    double rem = r2 - base;
+    if (!(rem > 0.0)) return -1;
+    long long h = (long long)(sqrt(rem) / s);
+    for (;;) {
+        double t = __dmul_rn((double)(h + 1), s);
+        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) ++h; else break;
+    }
+    while (h >= 0) {
+        double t = __dmul_rn((double)h, s);
+        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
+        --h;
+    }
+    return h;
+}
+
+__device__ __forceinline__ long long lt_shrink(long long h, double base, double r2, double s)
+{
+    while (h >= 0) {
+        double t = __dmul_rn((double)h, s);
+        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
+        --h;
+    }
+    return h;
+}
+
+/* One warp per centre.  Rows (+-di, +-dj) share one half-width along axis 2; the
+   half-widths shrink monotonically, so every lane computes them (uniformly) and the
+   lanes paint the up-to-4 spans of a row group, coalesced along axis 2. */
 extern "C" __global__ void lt_paint(const long long* __restrict__ cand, const double* __restrict__ d2,
-                                    const long long* __restrict__ cnt,
-                                    const short* __restrict__ odi, const short* __restrict__ odj,
-                                    const short* __restrict__ odk, long long ncand,
-                                    long long n1, long long n2,
+                                    const unsigned int* __restrict__ rank, long long ncand,
+                                    long long n1, long long n2, double sx, double sy, double sz,
                                     long long lo0, long long lo1, long long lo2,
                                     long long hi0, long long hi1, long long hi2,
-                                    unsigned long long* __restrict__ out)
+                                    unsigned int* __restrict__ out)
 {
     long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long w = gt >> 5;
@@ -150,29 +192,42 @@ extern "C" __global__ void lt_paint(const long long* __restrict__ cand, const do
     long long k = p % n2;
     long long j = (p / n2) % n1;
     long long i = p / (n1 * n2);
-    unsigned long long bits = (unsigned long long)__double_as_longlong(d2[p]);
-    long long n = cnt[w];
+    double r2 = d2[p];
+    unsigned int rk = rank[w];
     long long m1 = hi1 - lo1, m2 = hi2 - lo2;
-    for (long long t = lane; t < n; t += 32) {
-        long long x = i + odi[t];
-        long long y = j + odj[t];
-        long long z = k + odk[t];
-        if (x < lo0 || x >= hi0 || y < lo1 || y >= hi1 || z < lo2 || z >= hi2) continue;
-        long long o = ((x - lo0) * m1 + (y - lo1)) * m2 + (z - lo2);
-        if (out[o] < bits) atomicMax(out + o, bits);
+    long long hi = lt_half(0.0, r2, sx);
+    long long hj = lt_half(0.0, r2, sy);
+    long long hk0 = lt_half(0.0, r2, sz);
+    for (long long adi = 0; adi <= hi; ++adi) {
+        double x = __dmul_rn((double)adi, sx);
+        double aa = __dmul_rn(x, x);
+        hj = lt_shrink(hj, aa, r2, sy);
+        int xin0 = (i + adi >= lo0 && i + adi < hi0);
+        int xin1 = (adi > 0 && i - adi >= lo0 && i - adi < hi0);
+        if (!xin0 && !xin1) continue;
+        long long hk = hk0;
+        for (long long adj = 0; adj <= hj; ++adj) {
+            double y = __dmul_rn((double)adj, sy);
+            double ab = __dadd_rn(aa, __dmul_rn(y, y));
+            hk = lt_shrink(hk, ab, r2, sz);
+            if (hk < 0) break;
+            long long len = 2 * hk + 1;
+            for (long long t = lane; t < 4 * len; t += 32) {
+                int r = (int)(t / len);
+                long long dk = t - r * len - hk;
+                if ((r & 1) && adi == 0) continue;
+                if ((r & 2) && adj == 0) continue;
+                long long xx = (r & 1) ? i - adi : i + adi;
+                long long yy = (r & 2) ? j - adj : j + adj;
+                long long zz = k + dk;
+                if (xx < lo0 || xx >= hi0 || yy < lo1 || yy >= hi1 || zz < lo2 || zz >= hi2) continue;
+                long long o = ((xx - lo0) * m1 + (yy - lo1)) * m2 + (zz - lo2);
+                if (out[o] < rk) atomicMax(out + o, rk);
+            }
+        }
     }
 }
-
-extern "C" __global__ void lt_finish(const unsigned long long* __restrict__ r2bits, float* __restrict__ lt,
-                                     long long n)
-{
-    long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= n) return;
-    double r2 = __longlong_as_double((long long)r2bits[p]);
-    lt[p] = r2 > 0.0 ? (float)(2.0 * sqrt(r2)) : 0.0f;
-}
 """
-
 _BLOCK = 256
 
 
@@ -191,48 +246,24 @@ def _grid(n: int, per_block: int = _BLOCK) -> tuple[int]:
     return (max(1, (int(n) + per_block - 1) // per_block),)
 
 
-def canonical_norms(di, dj, dk, spacing) -> np.ndarray:
-    """The canonical float64 squared length of integer offsets (NumPy, no FMA)."""
-    sx, sy, sz = (float(s) for s in spacing)
-    x = np.asarray(di, np.float64) * sx
-    y = np.asarray(dj, np.float64) * sy
-    z = np.asarray(dk, np.float64) * sz
-    return (x * x + y * y) + z * z
-
-
-def offset_table_host(r2cap: float, spacing):
-    """All integer offsets with canonical norm < r2cap, sorted by norm (stable)."""
-    sx, sy, sz = (float(s) for s in spacing)
-    r = math.sqrt(r2cap)
-    h = [int(r / s) + 1 for s in (sx, sy, sz)]
-    if max(h) > 32767:
-        raise ValueError(f"radius {r} too large for the GPU offset table (int16 offsets)")
-    ai, aj, ak = (np.arange(-m, m + 1, dtype=np.int16) for m in h)
-    di, dj, dk = np.meshgrid(ai, aj, ak, indexing="ij")
-    norms = canonical_norms(di, dj, dk, spacing).ravel()
-    sel = np.flatnonzero(norms < r2cap)
-    order = sel[np.argsort(norms[sel], kind="stable")]
-    return (norms[order], di.ravel()[order].copy(), dj.ravel()[order].copy(),
-            dk.ravel()[order].copy())
-
-
 class _Tables:
-    """Offset tables on the device, one per spacing, grown geometrically."""
+    """Pruning tables (see ``_thickness_cpu.prune_table``) on the device, per spacing."""
 
     def __init__(self):
         self._tables = {}
 
-    def get(self, r2max: float, spacing):
+    def get(self, r2need: float, spacing):
         import cupy as cp
 
+        from ._thickness_cpu import prune_table
+
         key = tuple(float(s) for s in spacing)
+        levels, need, cap = prune_table(r2need, key)
         t = self._tables.get(key)
-        if t is None or t[0] <= r2max:
-            cap = max(2.0 * r2max, 64.0 * max(key) ** 2)
-            norms, di, dj, dk = offset_table_host(cap, key)
-            t = (cap, cp.asarray(norms), cp.asarray(di), cp.asarray(dj), cp.asarray(dk))
+        if t is None or t[0] != cap:
+            t = (cap, cp.asarray(levels), cp.asarray(np.ascontiguousarray(need)))
             self._tables[key] = t
-        return t[1:]
+        return t
 
     def clear(self):
         self._tables.clear()
@@ -260,39 +291,58 @@ def edt_sq(phase, spacing):
 
 
 def candidates(d2, spacing, box_lo, box_hi, r2keep, eps):
+    """Flat indices (sorted) of the ball centres that survive pruning."""
     import cupy as cp
 
     n0, n1, n2 = d2.shape
     sx, sy, sz = (float(s) for s in spacing)
+    r2need = float(_finite_max(d2))
+    cap, levels, need = TABLES.get(r2need, spacing)
     keep = cp.empty(d2.shape, cp.uint8)
     _kernel("lt_prune")(_grid(d2.size), (_BLOCK,), (
         d2, keep, np.int64(n0), np.int64(n1), np.int64(n2),
         np.float64(sx), np.float64(sy), np.float64(sz), np.float64(eps),
-        *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep)))
+        *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
+        levels, np.int64(levels.size), need, np.float64(cap)))
     return cp.flatnonzero(keep)
 
 
-def paint(d2, cand, spacing, box_lo, box_hi, r2max):
-    """Squared-radius map (uint64 bits of float64) of the box [lo, hi)."""
+@functools.cache
+def _finite_max_kernel():
+    import cupy as cp
+
+    return cp.ReductionKernel("float64 x", "float64 y", "isinf(x) ? 0.0 : x", "max(a, b)",
+                              "y = a", "0.0", "lt_finite_max")
+
+
+def _finite_max(d2):
+    return _finite_max_kernel()(d2)
+
+
+def paint(d2, cand, spacing, box_lo, box_hi):
+    """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes."""
     import cupy as cp
 
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
-    out = cp.zeros(shape, cp.uint64)
-    if cand.size == 0 or out.size == 0:
-        return out
-    norms, di, dj, dk = TABLES.get(r2max, spacing)
+    out = cp.zeros(shape, cp.uint32)
     r2s = d2.ravel()[cand]
-    cnt = cp.searchsorted(norms, r2s, side="left").astype(cp.int64)
+    values = cp.unique(r2s)
+    if cand.size == 0 or out.size == 0:
+        return out, values
+    rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
     _, n1, n2 = d2.shape
+    sx, sy, sz = (float(s) for s in spacing)
     _kernel("lt_paint")(_grid(cand.size * 32), (_BLOCK,), (
-        cand, d2, cnt, di, dj, dk, np.int64(cand.size), np.int64(n1), np.int64(n2),
+        cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
+        np.float64(sx), np.float64(sy), np.float64(sz),
         *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], out))
-    return out
+    return out, values
 
 
-def finish(r2bits):
+def finish(ranks, values):
+    """Float32 diameter from a rank map: 2*sqrt(values[rank - 1]), 0 where rank is 0."""
     import cupy as cp
 
-    lt = cp.empty(r2bits.shape, cp.float32)
-    _kernel("lt_finish")(_grid(r2bits.size), (_BLOCK,), (r2bits, lt, np.int64(r2bits.size)))
-    return lt
+    lut = cp.zeros(values.size + 1, cp.float32)
+    lut[1:] = (2.0 * cp.sqrt(values)).astype(cp.float32)
+    return lut[ranks]

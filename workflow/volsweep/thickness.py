@@ -100,19 +100,12 @@ def _thickness_r2(phase, spacing, device, box_lo, box_hi, r2keep):
         r2max = float(d2.reshape(-1)[cand].max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max
-    if device == "cuda":
-        out = impl.paint(d2, cand, spacing, box_lo, box_hi, r2max)
-    else:
-        out = impl.paint(d2, cand, spacing, box_lo, box_hi)
-    return out, r2max
+    return impl.paint(d2, cand, spacing, box_lo, box_hi), r2max
 
 
 def _finish(r2, device):
-    if device == "cuda":
-        from . import _thickness_gpu
-
-        return _thickness_gpu.finish(r2)
-    return np.where(r2 > 0, 2.0 * np.sqrt(r2), 0.0).astype(np.float32)
+    ranks, values = r2
+    return _backend(device).finish(ranks, values)
 
 
 def _return_like(result, like, device):

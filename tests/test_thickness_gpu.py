@@ -1,0 +1,213 @@
+"""GPU local thickness: CuPy == CPU == oracle (gpu-marked), plus the CUDA source
+emulated on the CPU (compiled with g++, one thread after another) so the kernels'
+logic is checked on machines without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from thickness_oracle import oracle_local_thickness  # noqa: E402
+
+from volsweep import thickness as T  # noqa: E402
+from volsweep import _thickness_cpu as CPU  # noqa: E402
+from volsweep._thickness_gpu import CUDA_SOURCE  # noqa: E402
+from volsweep.tiling import plan_tiles  # noqa: E402
+
+
+def blobs(shape, porosity=0.5, sigma=2.0, seed=0):
+    from scipy import ndimage as ndi
+
+    g = ndi.gaussian_filter(np.random.default_rng(seed).random(shape), sigma)
+    return g > np.quantile(g, 1 - porosity)
+
+
+# ----------------------------------------------------------------------------- emulation
+SHIM = r"""
+#include <cmath>
+#include <cstring>
+struct D3 { unsigned x, y, z; };
+static D3 threadIdx, blockIdx, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+static inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
+static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
+static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
+template <class T> static inline T atomicMax(T* p, T v) { T o = *p; if (v > o) *p = v; return o; }
+#define LAUNCH(name, ...) \
+  for (unsigned b = 0; b < grid; ++b) for (unsigned t = 0; t < block; ++t) { \
+    blockIdx.x = b; threadIdx.x = t; blockDim.x = block; name(__VA_ARGS__); }
+"""
+
+WRAPPERS = r"""
+extern "C" void run_edt0(unsigned grid, unsigned block, const unsigned char* ph, double* f,
+                         long long n0, long long nline, double sx)
+{ LAUNCH(lt_edt0, ph, f, n0, nline, sx) }
+extern "C" void run_pass(unsigned grid, unsigned block, const double* fin, double* fout,
+                         long long n, long long len, long long stride, double s)
+{ LAUNCH(lt_edt_pass, fin, fout, n, len, stride, s) }
+extern "C" void run_prune(unsigned grid, unsigned block, const double* d2, unsigned char* keep,
+                          long long n0, long long n1, long long n2, double sx, double sy, double sz,
+                          double eps, long long lo0, long long lo1, long long lo2, long long hi0,
+                          long long hi1, long long hi2, double r2keep, const double* levels,
+                          long long nlev, const double* need, double r2cap)
+{ LAUNCH(lt_prune, d2, keep, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+         levels, nlev, need, r2cap) }
+extern "C" void run_paint(unsigned grid, unsigned block, const long long* cand, const double* d2,
+                          const unsigned int* rank, long long ncand, long long n1, long long n2,
+                          double sx, double sy, double sz, long long lo0, long long lo1,
+                          long long lo2, long long hi0, long long hi1, long long hi2,
+                          unsigned int* out)
+{ LAUNCH(lt_paint, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, out) }
+"""
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found: cannot emulate the CUDA kernels on the CPU")
+    d = tmp_path_factory.mktemp("cuda_emul")
+    src = d / "k.cpp"
+    src.write_text(SHIM + CUDA_SOURCE + WRAPPERS)
+    lib = d / "k.so"
+    subprocess.run([gxx, "-O1", "-ffp-contract=off", "-shared", "-fPIC", str(src), "-o", str(lib)],
+                   check=True, capture_output=True)
+    return ctypes.CDLL(str(lib))
+
+
+def _p(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.inf):
+    """The GPU module's pipeline, step for step, with the kernels run on the CPU."""
+    L, D = ctypes.c_longlong, ctypes.c_double
+    n0, n1, n2 = phase.shape
+    n = phase.size
+    box_lo = box_lo or (0, 0, 0)
+    box_hi = box_hi or phase.shape
+    sx, sy, sz = (float(s) for s in spacing)
+    ph = np.ascontiguousarray(phase).view(np.uint8)
+    a = np.empty(phase.shape)
+    b = np.empty(phase.shape)
+    g = lambda m, bs=64: (m + bs - 1) // bs  # noqa: E731
+    lib.run_edt0(g(n1 * n2), 64, _p(ph), _p(a), L(n0), L(n1 * n2), D(sx))
+    lib.run_pass(g(n), 64, _p(a), _p(b), L(n), L(n1), L(n2), D(sy))
+    lib.run_pass(g(n), 64, _p(b), _p(a), L(n), L(n2), L(1), D(sz))
+    d2 = a
+    eps = 0.0 if CPU.is_integer_spacing(spacing) else 1e-9
+    r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
+    levels, need, cap = CPU.prune_table(r2need, spacing)
+    need = np.ascontiguousarray(need)
+    keep = np.empty(phase.shape, np.uint8)
+    lib.run_prune(g(n), 64, _p(d2), _p(keep), L(n0), L(n1), L(n2), D(sx), D(sy), D(sz), D(eps),
+                  *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep), _p(levels),
+                  L(levels.size), _p(need), D(cap))
+    cand = np.flatnonzero(keep).astype(np.int64)
+    r2s = d2.ravel()[cand]
+    values = np.unique(r2s)
+    rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
+    out = np.zeros(tuple(h - l for l, h in zip(box_lo, box_hi)), np.uint32)
+    lib.run_paint(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1), L(n2),
+                  D(sx), D(sy), D(sz), *[L(v) for v in box_lo], *[L(v) for v in box_hi], _p(out))
+    return d2, CPU.finish(out, values)
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 2, 3), (0.7, 1.1, 1.3)])
+@pytest.mark.parametrize("kind", ["random", "blobs"])
+def test_cuda_source_emulated_matches_cpu_and_oracle(emulated, spacing, kind):
+    rng = np.random.default_rng(hash((kind, spacing)) % 2**32)
+    shape = (13, 17, 11)
+    phase = rng.random(shape) > 0.3 if kind == "random" else blobs(shape, sigma=1.5, seed=5)
+    d2, lt = emulated_thickness(emulated, phase, spacing)
+    np.testing.assert_array_equal(d2, CPU.edt_sq(phase, spacing, method="numba"))
+    np.testing.assert_array_equal(lt, T.local_thickness(phase, spacing=spacing, device="cpu"))
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
+def test_cuda_source_emulated_core_mode(emulated):
+    phase = blobs((30, 26, 22), sigma=2.5, seed=9)
+    whole = T.local_thickness(phase)
+    r_max = T.max_inscribed_radius(phase)
+    # One core with a halo thinner than 2 R_max on purpose would not be exact; use the real one.
+    halo = T.thickness_halo(r_max)
+    core = (slice(8, 16), slice(5, 12), slice(9, 15))
+    start = [max(0, s.start - h) for s, h in zip(core, halo)]
+    stop = [min(n, s.stop + h) for s, h, n in zip(core, halo, phase.shape)]
+    block = phase[tuple(slice(a, b) for a, b in zip(start, stop))]
+    lo = tuple(s.start - a for s, a in zip(core, start))
+    hi = tuple(s.stop - a for s, a in zip(core, start))
+    _, lt = emulated_thickness(emulated, block, (1, 1, 1), lo, hi, r_max * r_max * (1 + 1e-9))
+    np.testing.assert_array_equal(lt, whole[core])
+
+
+# ----------------------------------------------------------------------------- real GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
+def test_gpu_equals_cpu_and_oracle(spacing):
+    import cupy as cp
+
+    for seed, shape in [(0, (17, 23, 11)), (1, (20, 9, 31))]:
+        rng = np.random.default_rng(seed)
+        for phase in (rng.random(shape) > 0.35, blobs(shape, sigma=2.0, seed=seed)):
+            gpu = T.local_thickness(cp.asarray(phase), spacing=spacing)
+            assert isinstance(gpu, cp.ndarray) and gpu.dtype == np.float32
+            cpu = T.local_thickness(phase, spacing=spacing, device="cpu")
+            np.testing.assert_array_equal(gpu.get(), cpu)
+            np.testing.assert_array_equal(cpu, oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.gpu
+def test_gpu_numpy_in_numpy_out_and_large_equals_cpu():
+    phase = blobs((96, 80, 64), sigma=3.0, seed=3)
+    gpu = T.local_thickness(phase, device="cuda")
+    assert isinstance(gpu, np.ndarray)
+    np.testing.assert_array_equal(gpu, T.local_thickness(phase, device="cpu"))
+    assert T.max_inscribed_radius(phase, device="cuda") == T.max_inscribed_radius(phase, device="cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_chunked_equals_whole():
+    import cupy as cp
+
+    phase = blobs((40, 36, 30), sigma=3.0, seed=4)
+    whole = T.local_thickness(phase, device="cpu")
+    r_max = T.max_inscribed_radius(phase)
+    halo = T.thickness_halo(r_max)
+    tile = tuple(max(2, int(r_max)) for _ in range(3))  # cores smaller than 2 R_max
+    assert all(t < 2 * r_max for t in tile)
+    out = cp.zeros(phase.shape, cp.float32)
+    dev = cp.asarray(phase)
+    for t in plan_tiles(phase.shape, tile, halo):
+        start = [max(0, a) for a in t.start]
+        stop = [min(n, b) for b, n in zip(t.stop, phase.shape)]
+        block = dev[tuple(slice(a, b) for a, b in zip(start, stop))]
+        cib = tuple(slice(c.start - a, c.stop - a) for c, a in zip(t.core, start))
+        out[t.core] = T.local_thickness_core(block, cib, r_max)
+    np.testing.assert_array_equal(out.get(), whole)
+
+
+@pytest.mark.gpu
+def test_gpu_repeated_calls_no_memory_growth():
+    import cupy as cp
+
+    phase = cp.asarray(blobs((64, 64, 64), sigma=3.0, seed=6))
+    first = T.local_thickness(phase)
+    pool = cp.get_default_memory_pool()
+    cp.cuda.Device().synchronize()
+    used = pool.total_bytes()
+    for _ in range(20):
+        again = T.local_thickness(phase)
+    cp.cuda.Device().synchronize()
+    assert pool.total_bytes() <= used
+    assert bool((again == first).all())
