@@ -22,6 +22,7 @@ include: "workflow/rules/ingest.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/thickness.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

@@ -17,6 +17,28 @@ rule aggregate_sweep:
         "../scripts/aggregate_sweep.py"
 
 
+rule orientation_map:
+    input:
+        orientation_block_files,
+    output:
+        directory("results/{vol}/orientation.zarr"),
+    params:
+        theta=THETA.tolist(),
+        phi=PHI.tolist(),
+        xi=SWEEP["xi"],
+        provenance=PROVENANCE,
+    log:
+        "logs/{vol}/orientation_map.log",
+    benchmark:
+        "logs/{vol}/orientation_map.benchmark.tsv"
+    resources:
+        mem_mb=lambda wildcards: int(2 * volume_nbytes(wildcards.vol) / MB + 512),
+    conda:
+        ENV
+    script:
+        "../scripts/orientation_map.py"
+
+
 rule aggregate_thickness:
     input:
         chunks=thickness_chunk_files,

@@ -16,6 +16,13 @@ PHI = angle_values(SWEEP["phi"])
 BLOCKS = sweep_blocks(config)
 PROVENANCE = provenance(config)
 ENV = "../../envs/volsweep.yaml"
+ORIENTATION = SWEEP["enabled"] and SWEEP["orientation_map"]
+ORIENTATION_BLOCK_OUTPUT = (
+    {"orientation": temp(directory("results/{vol}/sweep/{block}.orientation.zarr"))}
+    if ORIENTATION
+    else {}
+)
+REPORT = config["report"]
 USES_GPU = 0 if config["device"] == "cpu" else 1
 MB = 2**20
 
@@ -50,14 +57,37 @@ def thickness_chunk_files(wildcards):
                   chunk=range(n_chunks(wildcards.vol)))
 
 
+def orientation_block_files(wildcards):
+    return expand("results/{vol}/sweep/{block}.orientation.zarr", vol=wildcards.vol,
+                  block=range(len(BLOCKS)))
+
+
+def figures(vol):
+    """The report's PNGs of one volume."""
+    if not REPORT["enabled"]:
+        return []
+    out = []
+    if SWEEP["enabled"]:
+        out.append(f"results/{vol}/plots/energy_maps.png")
+    if ORIENTATION:
+        out.append(f"results/{vol}/plots/orientation_slice.png")
+    if THICKNESS["enabled"]:
+        out += [f"results/{vol}/plots/thickness_histogram.png",
+                f"results/{vol}/plots/thickness_slice.png"]
+    return out
+
+
 def all_outputs():
     outputs = []
     for vol in VOLUMES:
         outputs.append(f"results/{vol}/volume.zarr")
         if SWEEP["enabled"]:
             outputs.append(f"results/{vol}/sweep.nc")
+        if ORIENTATION:
+            outputs.append(f"results/{vol}/orientation.zarr")
         if THICKNESS["enabled"]:
             outputs += [f"results/{vol}/thickness.nc", f"results/{vol}/thickness.zarr"]
+        outputs += figures(vol)
     if SWEEP["enabled"]:
         outputs.append("results/summary/sweep.nc")
     if THICKNESS["enabled"]:

@@ -6,7 +6,8 @@ rule sweep_block:
     input:
         "results/{vol}/volume.zarr",
     output:
-        "results/{vol}/sweep/{block}.nc",
+        nc="results/{vol}/sweep/{block}.nc",
+        **ORIENTATION_BLOCK_OUTPUT,
     params:
         theta=lambda wildcards: THETA[BLOCKS[int(wildcards.block)]].tolist(),
         phi=PHI.tolist(),
@@ -16,6 +17,8 @@ rule sweep_block:
         truncate=SWEEP["truncate"],
         stats=SWEEP["stats"],
         device=config["device"],
+        theta_offset=lambda wildcards: int(BLOCKS[int(wildcards.block)][0]),
+        memory_limit_mb=SWEEP["memory_limit_mb"],
     log:
         "logs/{vol}/sweep/{block}.log",
     benchmark:

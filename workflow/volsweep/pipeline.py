@@ -19,7 +19,7 @@ import numpy as np
 
 from volsweep.io import datasets
 from volsweep.io.readers import open_volume, source_sha256
-from volsweep.io.store import create_store, ingest, open_store
+from volsweep.io.store import atomic_dir, create_store, ingest, open_store
 from volsweep.products import with_products
 from volsweep.tiling import plan_tiles
 
@@ -96,9 +96,16 @@ def _volume(volume_zarr):
     return store, tuple(store.attrs["spacing"])
 
 
+ORIENTATION_VARS = ("response_max", "argmax_theta", "argmax_phi", "argmax_xi")
+
+
 def sweep_block(volume_zarr, out_nc, *, theta, phi, xi, a, mode, truncate, stats, device,
-                memory_budget_mb=None, block=0):
-    """Rule sweep: the statistics of one parameter block of one volume."""
+                memory_budget_mb=None, block=0, theta_offset=0, orientation_zarr=None):
+    """Rule sweep_block: the statistics of one parameter block of one volume.
+
+    With ``orientation_zarr``, also the block's per-voxel maximum response and
+    its (θ, φ, ξ) indices, θ counted over the whole grid (``theta_offset``).
+    """
     from volsweep.engine import sweep
 
     store, spacing = _volume(volume_zarr)
@@ -107,9 +114,69 @@ def sweep_block(volume_zarr, out_nc, *, theta, phi, xi, a, mode, truncate, stats
     ds = sweep(volume, np.asarray(theta), np.asarray(phi), np.asarray(xi), a=a, spacing=spacing,
                mode=mode, stats=tuple(stats), device=device,
                memory_limit=None if memory_budget_mb is None else memory_budget_mb * 2**20,
-               progress=True, **kwargs)
+               progress=True, orientation_map=orientation_zarr is not None, **kwargs)
+    if orientation_zarr is not None:
+        write_orientation(orientation_zarr, ds, theta_offset=theta_offset, chunks=store.chunks,
+                          shards=store.shards, spacing=spacing)
+    ds = ds.drop_vars([v for v in ORIENTATION_VARS if v in ds.variables])
     ds.attrs["block"] = int(block)
     datasets.write_netcdf(ds, out_nc)
+
+
+def _create_orientation(path, shape, *, chunks, shards, spacing, attrs=None):
+    out = create_store(path, shape, chunks=chunks, shards=shards, spacing=spacing, attrs=attrs,
+                       name="maximum wavelet response")
+    group = zarr_group(path, mode="r+")
+    for name in ORIENTATION_VARS[1:]:
+        group.create_array(name, shape=tuple(shape), chunks=out.chunks, shards=out.shards,
+                           dtype=np.uint16, fill_value=np.iinfo(np.uint16).max,
+                           dimension_names=("x", "y", "z"))
+    return group
+
+
+def write_orientation(path, arrays, *, theta_offset=0, chunks, shards, spacing):
+    """An orientation store: ``0`` = maximum response (OME image), plus uint16 index arrays."""
+    resp = np.asarray(arrays["response_max"], dtype=np.float32)
+    with atomic_dir(Path(path)) as tmp:
+        group = _create_orientation(tmp, resp.shape, chunks=chunks, shards=shards, spacing=spacing)
+        group["0"][...] = resp
+        for name in ORIENTATION_VARS[1:]:
+            index = np.asarray(arrays[name], dtype=np.uint16)
+            group[name][...] = index + np.uint16(theta_offset) if name == "argmax_theta" else index
+
+
+def zarr_group(path, mode="r"):
+    import zarr
+
+    return zarr.open_group(str(path), mode=mode)
+
+
+def merge_orientation(block_zarrs, out_zarr, *, theta, phi, xi, provenance: dict):
+    """Rule orientation_map: merge the blocks' maps by maximum, one shard region at a time.
+
+    Ties keep the earlier block, whose (θ, φ, ξ) flat index is lower, so the
+    result is the lowest flat index among the maxima, as within a block.
+    """
+    ref = zarr_group(block_zarrs[0])["0"]
+    attrs = {"theta": list(map(float, theta)), "phi": list(map(float, phi)),
+             "xi": list(map(float, xi)), **provenance,
+             "tie_rule": "lowest flat (theta, phi, xi) index among equal maxima"}
+    blocks = [zarr_group(p) for p in block_zarrs]
+    with atomic_dir(Path(out_zarr)) as tmp:
+        out = _create_orientation(tmp, ref.shape, chunks=ref.chunks, shards=ref.shards,
+                                  spacing=tuple(ref.attrs["spacing"]), attrs=attrs)
+        for tile in plan_tiles(ref.shape, ref.shards):
+            best = None
+            for g in blocks:
+                parts = [g["0"][tile.core]] + [g[name][tile.core] for name in ORIENTATION_VARS[1:]]
+                if best is None:
+                    best = parts
+                    continue
+                better = parts[0] > best[0]
+                best = [np.where(better, new, old) for new, old in zip(parts, best)]
+            out["0"][tile.core] = best[0]
+            for name, part in zip(ORIENTATION_VARS[1:], best[1:]):
+                out[name][tile.core] = part
 
 
 def _phase(block, threshold, label, invert):
@@ -213,3 +280,28 @@ def run_script(func, snakemake_obj, **kwargs):
     with logged_to(snakemake_obj.log[0]):
         log.info("%s: %s", func.__name__, " ".join(sys.argv[1:]))
         func(**kwargs)
+
+
+def plot_sweep(sweep_nc, out_png, *, name):
+    """Rule plot_sweep: energy maps over (θ, φ) for each ξ."""
+    from volsweep import plots
+
+    plots.energy_maps(datasets.open_netcdf(sweep_nc), out_png, title=name)
+
+
+def plot_thickness(thickness_nc, volume_zarr, thickness_zarr, hist_png, slice_png, *, axis, name):
+    """Rule plot_thickness: the histogram, and a mid-slice with a thickness overlay."""
+    from volsweep import plots
+
+    plots.thickness_histogram(datasets.open_netcdf(thickness_nc), hist_png, title=name)
+    plots.thickness_slice(open_store(volume_zarr), open_store(thickness_zarr), slice_png,
+                          axis=axis, title=name)
+
+
+def plot_orientation(volume_zarr, orientation_zarr, out_png, *, axis, name):
+    """Rule plot_orientation: a mid-slice coloured by the strongest wavelet's axis."""
+    from volsweep import plots
+
+    g = zarr_group(orientation_zarr)
+    plots.orientation_slice(open_store(volume_zarr), g["0"], g["argmax_theta"], g["argmax_phi"],
+                            g.attrs["theta"], g.attrs["phi"], out_png, axis=axis, title=name)
