@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -276,9 +275,15 @@ def summarize(paths, names, out_nc):
 
 
 def run_script(func, snakemake_obj, **kwargs):
-    """Entry point of the workflow scripts: log to ``log[0]``, run one step."""
-    with logged_to(snakemake_obj.log[0]):
-        log.info("%s: %s", func.__name__, " ".join(sys.argv[1:]))
+    """Entry point of the workflow scripts: log to ``log[0]``, run one step.
+
+    A step with a ``device`` gets its own GPU first (:func:`volsweep.devices.claim_gpu`).
+    """
+    from volsweep.devices import claim_gpu
+
+    with logged_to(snakemake_obj.log[0]), claim_gpu(kwargs.get("device", "cpu")):
+        log.info("%s: rule %s, wildcards %s", func.__name__, snakemake_obj.rule,
+                 dict(snakemake_obj.wildcards.items()))
         func(**kwargs)
 
 
