@@ -158,10 +158,12 @@ def bench_gpu(args, log):
         cpu_equal = bool(np.array_equal(cpu, lt.get()))
         log(f"  GPU == CPU at {shape}: {cpu_equal}")
     pool = cp.get_default_memory_pool()
+    for _ in range(3):  # warm-up (compilation, tables, pool) before memory is read
+        T.local_thickness(phase)
     cp.cuda.Device().synchronize()
     free0 = cp.cuda.runtime.memGetInfo()[0]
     pool0 = pool.total_bytes()
-    times = cuda_time(lambda: T.local_thickness(phase), args.calls)
+    times = cuda_time(lambda: T.local_thickness(phase), args.calls, warm=0)
     free1 = cp.cuda.runtime.memGetInfo()[0]
     pool1 = pool.total_bytes()
     med = statistics.median(times)

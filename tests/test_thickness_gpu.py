@@ -203,11 +203,13 @@ def test_gpu_repeated_calls_no_memory_growth():
 
     phase = cp.asarray(blobs((64, 64, 64), sigma=3.0, seed=6))
     first = T.local_thickness(phase)
+    for _ in range(3):  # warm-up: the pool settles once the caller holds one result
+        again = T.local_thickness(phase)
     pool = cp.get_default_memory_pool()
     cp.cuda.Device().synchronize()
-    used = pool.total_bytes()
+    held = pool.total_bytes()
     for _ in range(20):
         again = T.local_thickness(phase)
     cp.cuda.Device().synchronize()
-    assert pool.total_bytes() <= used
+    assert pool.total_bytes() <= held
     assert bool((again == first).all())
