@@ -200,6 +200,17 @@ def bench_gpu(args, log):
     log(f"  stages (ms): edt {med_st[0]:.2f} prune {med_st[1]:.2f} paint {med_st[2]:.2f} "
         f"finish {med_st[3]:.2f}; centres {st[0][1]}")
 
+    # The alternative painter ("rows": sparse table of row spans), same input, same run.
+    G.PAINT = "rows"
+    rows_equal = bool((T.local_thickness(phase) == lt).all())
+    tr = cuda_time(lambda: T.local_thickness(phase), min(args.calls, 30))
+    G.PAINT = "ball"
+    res["blobs_250"]["rows_painter"] = {"median_s": statistics.median(tr),
+                                        "max_over_median": max(tr) / statistics.median(tr),
+                                        "equals_ball_painter": rows_equal}
+    log(f"  250^3 blobs, painter 'rows': median {statistics.median(tr) * 1e3:.2f} ms "
+        f"(equal to 'ball': {rows_equal})")
+
     # Baselines, same run.
     exact = lt.get()
     t0 = time.perf_counter()
@@ -225,11 +236,20 @@ def bench_gpu(args, log):
     if args.big:
         big_np = blobs((800, 800, 200), seed=1)
         big = cp.asarray(big_np)
-        tb = cuda_time(lambda: T.local_thickness(big), 5, warm=1)
+        tb = cuda_time(lambda: T.local_thickness(big), 3, warm=1)
         res["blobs_800x800x200"] = {"median_s": statistics.median(tb), "times_s": tb,
                                     "r_max": T.max_inscribed_radius(big),
                                     "peak_pool_bytes": pool.total_bytes()}
         log(f"  800x800x200 blobs: median {statistics.median(tb) * 1e3:.1f} ms")
+        ref = T.local_thickness(big)
+        G.PAINT = "rows"
+        tb = cuda_time(lambda: T.local_thickness(big), 3, warm=1)
+        same = bool((T.local_thickness(big) == ref).all())
+        G.PAINT = "ball"
+        res["blobs_800x800x200"]["rows_painter"] = {"median_s": statistics.median(tb),
+                                                    "times_s": tb, "equals_ball_painter": same}
+        log(f"  800x800x200 blobs, painter 'rows': median {statistics.median(tb) * 1e3:.1f} ms "
+            f"(equal to 'ball': {same})")
         del big
     return res
 

@@ -68,6 +68,15 @@ extern "C" void run_paint(unsigned grid, unsigned block, const long long* cand, 
                           long long lo2, long long hi0, long long hi1, long long hi2,
                           unsigned int* out)
 { LAUNCH(lt_paint, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, out) }
+extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand, const double* d2,
+                               const unsigned int* rank, long long ncand, long long n1, long long n2,
+                               double sx, double sy, double sz, long long lo0, long long lo1,
+                               long long lo2, long long hi0, long long hi1, long long hi2,
+                               unsigned int* M)
+{ LAUNCH(lt_paint_rows, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, M) }
+extern "C" void run_pushdown(unsigned grid, unsigned block, unsigned int* M, long long level,
+                             long long m2, int q)
+{ LAUNCH(lt_pushdown, M, level, m2, q) }
 """
 
 
@@ -89,7 +98,8 @@ def _p(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
-def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.inf):
+def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.inf,
+                       method="ball"):
     """The GPU module's pipeline, step for step, with the kernels run on the CPU."""
     L, D = ctypes.c_longlong, ctypes.c_double
     n0, n1, n2 = phase.shape
@@ -117,25 +127,39 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.
     r2s = d2.ravel()[cand]
     values = np.unique(r2s)
     rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
-    out = np.zeros(tuple(h - l for l, h in zip(box_lo, box_hi)), np.uint32)
-    lib.run_paint(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1), L(n2),
-                  D(sx), D(sy), D(sz), *[L(v) for v in box_lo], *[L(v) for v in box_hi], _p(out))
+    shape = tuple(h - l for l, h in zip(box_lo, box_hi))
+    out = np.zeros(shape, np.uint32)
+    if method == "rows":
+        nq = max(0, shape[2].bit_length() - 1)
+        M = np.zeros((nq + 1,) + shape, np.uint32)
+        lib.run_paint_rows(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
+                           L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo],
+                           *[L(v) for v in box_hi], _p(M))
+        for q in range(nq, 0, -1):
+            lib.run_pushdown(g(out.size), 64, _p(M), L(out.size), L(shape[2]), ctypes.c_int(q))
+        out = M[0].copy()
+    else:
+        lib.run_paint(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
+                      L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo], *[L(v) for v in box_hi],
+                      _p(out))
     return d2, CPU.finish(out, values)
 
 
+@pytest.mark.parametrize("method", ["ball", "rows"])
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 2, 3), (0.7, 1.1, 1.3)])
 @pytest.mark.parametrize("kind", ["random", "blobs"])
-def test_cuda_source_emulated_matches_cpu_and_oracle(emulated, spacing, kind):
-    rng = np.random.default_rng(hash((kind, spacing)) % 2**32)
+def test_cuda_source_emulated_matches_cpu_and_oracle(emulated, spacing, kind, method):
+    rng = np.random.default_rng(sum(map(ord, kind)) + int(10 * sum(spacing)))
     shape = (13, 17, 11)
     phase = rng.random(shape) > 0.3 if kind == "random" else blobs(shape, sigma=1.5, seed=5)
-    d2, lt = emulated_thickness(emulated, phase, spacing)
+    d2, lt = emulated_thickness(emulated, phase, spacing, method=method)
     np.testing.assert_array_equal(d2, CPU.edt_sq(phase, spacing, method="numba"))
     np.testing.assert_array_equal(lt, T.local_thickness(phase, spacing=spacing, device="cpu"))
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
-def test_cuda_source_emulated_core_mode(emulated):
+@pytest.mark.parametrize("method", ["ball", "rows"])
+def test_cuda_source_emulated_core_mode(emulated, method):
     phase = blobs((30, 26, 22), sigma=2.5, seed=9)
     whole = T.local_thickness(phase)
     r_max = T.max_inscribed_radius(phase)
@@ -147,7 +171,8 @@ def test_cuda_source_emulated_core_mode(emulated):
     block = phase[tuple(slice(a, b) for a, b in zip(start, stop))]
     lo = tuple(s.start - a for s, a in zip(core, start))
     hi = tuple(s.stop - a for s, a in zip(core, start))
-    _, lt = emulated_thickness(emulated, block, (1, 1, 1), lo, hi, r_max * r_max * (1 + 1e-9))
+    _, lt = emulated_thickness(emulated, block, (1, 1, 1), lo, hi, r_max * r_max * (1 + 1e-9),
+                               method=method)
     np.testing.assert_array_equal(lt, whole[core])
 
 
@@ -165,6 +190,21 @@ def test_gpu_equals_cpu_and_oracle(spacing):
             cpu = T.local_thickness(phase, spacing=spacing, device="cpu")
             np.testing.assert_array_equal(gpu.get(), cpu)
             np.testing.assert_array_equal(cpu, oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.gpu
+def test_gpu_rows_painter_equals_ball_painter():
+    import cupy as cp
+
+    from volsweep import _thickness_gpu as G
+
+    phase = cp.asarray(blobs((48, 40, 33), sigma=3.0, seed=8))
+    for spacing in [(1, 1, 1), (0.7, 1.1, 1.3)]:
+        d2 = G.edt_sq(phase, spacing)
+        cand = G.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0)
+        a = G.finish(*G.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="ball"))
+        b = G.finish(*G.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="rows"))
+        assert bool((a == b).all())
 
 
 @pytest.mark.gpu

@@ -227,7 +227,82 @@ extern "C" __global__ void lt_paint(const long long* __restrict__ cand, const do
         }
     }
 }
+
+/* Painter "rows": one warp per centre, lanes over the rows of a plane slice.  Each row
+   span [l, r] of axis 2 becomes two atomicMax into level q = floor(log2(r - l + 1)) of a
+   sparse table M (levels of m0*m1*m2 uint32): M[q][row][l] and M[q][row][r - 2^q + 1]. */
+extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, const double* __restrict__ d2,
+                                         const unsigned int* __restrict__ rank, long long ncand,
+                                         long long n1, long long n2, double sx, double sy, double sz,
+                                         long long lo0, long long lo1, long long lo2,
+                                         long long hi0, long long hi1, long long hi2,
+                                         unsigned int* __restrict__ M)
+{
+    long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long w = gt >> 5;
+    int lane = (int)(gt & 31);
+    if (w >= ncand) return;
+    long long p = cand[w];
+    long long k = p % n2;
+    long long j = (p / n2) % n1;
+    long long i = p / (n1 * n2);
+    double r2 = d2[p];
+    unsigned int rk = rank[w];
+    long long m1 = hi1 - lo1, m2 = hi2 - lo2;
+    long long level = (hi0 - lo0) * m1 * m2;
+    long long hi = lt_half(0.0, r2, sx);
+    long long hj = lt_half(0.0, r2, sy);
+    for (long long adi = 0; adi <= hi; ++adi) {
+        double x = __dmul_rn((double)adi, sx);
+        double aa = __dmul_rn(x, x);
+        hj = lt_shrink(hj, aa, r2, sy);
+        int xin0 = (i + adi >= lo0 && i + adi < hi0);
+        int xin1 = (adi > 0 && i - adi >= lo0 && i - adi < hi0);
+        if (!xin0 && !xin1) continue;
+        for (long long adj = lane; adj <= hj; adj += 32) {
+            double y = __dmul_rn((double)adj, sy);
+            double ab = __dadd_rn(aa, __dmul_rn(y, y));
+            long long hk = lt_half(ab, r2, sz);
+            if (hk < 0) continue;
+            long long l = (k - hk > lo2 ? k - hk : lo2) - lo2;
+            long long r = (k + hk < hi2 - 1 ? k + hk : hi2 - 1) - lo2;
+            if (l > r) continue;
+            long long len = r - l + 1;
+            int q = 0;
+            while ((2LL << q) <= len) ++q;
+            long long p2 = r - (1LL << q) + 1;
+            for (int s = 0; s < 4; ++s) {
+                if ((s & 1) && adi == 0) continue;
+                if ((s & 2) && adj == 0) continue;
+                long long xx = (s & 1) ? i - adi : i + adi;
+                long long yy = (s & 2) ? j - adj : j + adj;
+                if (xx < lo0 || xx >= hi0 || yy < lo1 || yy >= hi1) continue;
+                long long row = q * level + ((xx - lo0) * m1 + (yy - lo1)) * m2;
+                if (M[row + l] < rk) atomicMax(M + row + l, rk);
+                if (M[row + p2] < rk) atomicMax(M + row + p2, rk);
+            }
+        }
+    }
+}
+
+/* Push level q of the sparse table down into level q - 1 (gather form, race-free):
+   M[q-1][t] = max(M[q-1][t], M[q][t], M[q][t - 2^(q-1)]) over valid level-q positions. */
+extern "C" __global__ void lt_pushdown(unsigned int* __restrict__ M, long long level, long long m2, int q)
+{
+    long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= level) return;
+    long long t = p % m2;
+    long long h = 1LL << (q - 1);
+    long long lastq = m2 - (1LL << q);  /* last valid position at level q */
+    const unsigned int* Mq = M + (long long)q * level;
+    unsigned int* Mq1 = M + (long long)(q - 1) * level;
+    unsigned int v = Mq1[p];
+    if (t <= lastq && Mq[p] > v) v = Mq[p];
+    if (t - h >= 0 && t - h <= lastq && Mq[p - h] > v) v = Mq[p - h];
+    Mq1[p] = v;
+}
 """
+
 _BLOCK = 256
 
 
@@ -319,9 +394,20 @@ def _finite_max(d2):
     return _finite_max_kernel()(d2)
 
 
-def paint(d2, cand, spacing, box_lo, box_hi):
+# Which painter ``paint`` uses: "ball" (one write per ball voxel, coalesced; measured on an
+# H200: 28 ms of the 31 ms per 250^3 call, 2.45 s at 800x800x200) or "rows" (two atomics
+# per ball row into a sparse table, then a push-down; exact too, same result, not yet
+# timed on a GPU: see benchmarks/NOTES_thickness.md).
+PAINT = "ball"
+
+
+def paint(d2, cand, spacing, box_lo, box_hi, method=None):
     """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes."""
     import cupy as cp
+
+    method = PAINT if method is None else method
+    if method not in ("ball", "rows"):
+        raise ValueError(f"method must be 'ball' or 'rows', got method={method!r}")
 
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     out = cp.zeros(shape, cp.uint32)
@@ -332,6 +418,21 @@ def paint(d2, cand, spacing, box_lo, box_hi):
     rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
     _, n1, n2 = d2.shape
     sx, sy, sz = (float(s) for s in spacing)
+    if method == "rows":
+        m2 = shape[2]
+        nq = max(0, m2.bit_length() - 1)
+        level = out.size
+        M = cp.zeros((nq + 1,) + shape, cp.uint32)
+        _kernel("lt_paint_rows")(_grid(cand.size * 32), (_BLOCK,), (
+            cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
+            np.float64(sx), np.float64(sy), np.float64(sz),
+            *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], M))
+        for q in range(nq, 0, -1):
+            _kernel("lt_pushdown")(_grid(level), (_BLOCK,), (M, np.int64(level), np.int64(m2),
+                                                             np.int32(q)))
+        out[...] = M[0]
+        del M
+        return out, values
     _kernel("lt_paint")(_grid(cand.size * 32), (_BLOCK,), (
         cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
         np.float64(sx), np.float64(sy), np.float64(sz),
