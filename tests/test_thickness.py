@@ -86,6 +86,23 @@ def test_pruning_keeps_far_fewer_centres_and_stays_exact():
     np.testing.assert_array_equal(CPU.finish(ranks_all, vals_all), T.local_thickness(phase))
 
 
+def test_exact_beyond_the_pruning_table(monkeypatch):
+    # Radii past the discrete table fall back to the continuous containment test.
+    monkeypatch.setattr(CPU, "MAX_TABLE_OFFSETS", 30)
+    monkeypatch.setattr(CPU, "_PRUNE_TABLES", {})
+    for spacing in [(1, 1, 1), (0.7, 1.1, 1.3)]:
+        phase = blobs((16, 14, 18), sigma=2.5, seed=12)
+        levels, need, cap = CPU.prune_table(100.0, spacing)
+        d2 = CPU.edt_sq(phase, spacing)
+        assert d2.max() > cap  # the fallback is exercised
+        got = T.local_thickness(phase, spacing=spacing)
+        ref = oracle_local_thickness(phase, spacing)
+        if CPU.is_integer_spacing(spacing):
+            np.testing.assert_array_equal(got, ref)
+        else:
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
+
+
 # ----------------------------------------------------------------------------- chunks
 def chunked(phase, tile, spacing, halo=None, r_max=None):
     r_max = T.max_inscribed_radius(phase, spacing=spacing) if r_max is None else r_max

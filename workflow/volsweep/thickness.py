@@ -304,10 +304,11 @@ def select_phase(volume, *, threshold=None, label=None, invert=False, name="volu
 # --------------------------------------------------------------------------- distribution
 def value_counts(thickness):
     """Sorted unique positive values (float64) of a thickness map and their counts (int64)."""
-    t = to_numpy(thickness).ravel()
+    xp = get_array_module(thickness)
+    t = xp.asarray(thickness).ravel()
     t = t[t > 0]
-    values, counts = np.unique(t.astype(np.float64), return_counts=True)
-    return values, counts.astype(np.int64)
+    values, counts = xp.unique(t, return_counts=True)  # on the device for CuPy input
+    return to_numpy(values).astype(np.float64), to_numpy(counts).astype(np.int64)
 
 
 def merge_value_counts(pairs):
