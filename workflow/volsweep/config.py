@@ -17,6 +17,7 @@ import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 FORMATS = ("npy", "tif", "zarr", "h5", "raw")
+MB = 2**20
 SHEET_COLUMNS = ("name", "path", "format", "dataset", "shape", "dtype", "offset", "spacing", "unit")
 
 
@@ -162,8 +163,12 @@ def volume_entries(config: dict, base_dir=".", configfile="config.yaml") -> dict
     """Normalised volume entries from ``config['volumes']`` and the optional sheet.
 
     Paths are resolved against ``base_dir``; a path that leaves the project is
-    an error unless it is absolute and ``allow_outside_paths`` is true.
+    an error unless it is absolute and ``allow_outside_paths`` is true.  Every
+    file's header is checked (:func:`volsweep.io.readers.open_volume`, within
+    ``memory_budget_mb``), so a damaged input stops the run before any job.
     """
+    from volsweep.io.readers import DEFAULT_MEMORY_BUDGET, open_volume
+
     base = Path(base_dir).resolve()
     volumes = {name: dict(entry) for name, entry in config["volumes"].items()}
     sources = {name: configfile for name in volumes}
@@ -208,6 +213,8 @@ def volume_entries(config: dict, base_dir=".", configfile="config.yaml") -> dict
             except TypeError:
                 raise ConfigError(f"{where}.dtype = {entry['dtype']!r}: not a NumPy dtype") from None
         entry["path"] = str(path)
+        budget = config.get("memory_budget_mb")
+        open_volume(entry, name, memory_budget=DEFAULT_MEMORY_BUDGET if budget is None else budget * MB)
         out[name] = entry
     return out
 

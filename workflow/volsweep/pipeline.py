@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from volsweep.io import datasets
-from volsweep.io.readers import open_volume, source_sha256
+from volsweep.io.readers import open_volume, source_sha256, volume_where
 from volsweep.io.store import atomic_dir, create_store, ingest, open_store
 from volsweep.products import with_products
 from volsweep.tiling import plan_tiles
@@ -75,7 +75,7 @@ def _atomic_path(path) -> Path:
 
 def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_mb: float):
     """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``."""
-    source = open_volume(entry, name)
+    source = open_volume(entry, name, memory_budget=memory_budget_mb * 2**20)
     attrs = {
         "name": name,
         "spacing": [float(s) for s in entry["spacing"]],
@@ -87,7 +87,8 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_
         **({"unit": entry["unit"]} if entry.get("unit") else {}),
     }
     ingest(source, out, chunks=chunks, shards=shards, memory_budget=memory_budget_mb * 2**20,
-           attrs=attrs, name=name, spacing=entry["spacing"], unit=entry.get("unit"))
+           attrs=attrs, name=name, spacing=entry["spacing"], unit=entry.get("unit"),
+           where=volume_where(entry, name))
 
 
 def _volume(volume_zarr):

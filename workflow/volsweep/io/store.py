@@ -91,13 +91,16 @@ def block_shape_for_budget(shape, aligned_to, bytes_per_voxel: float, budget: fl
 
 
 def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None, name="volume",
-           spacing=(1.0, 1.0, 1.0), unit=None):
+           spacing=(1.0, 1.0, 1.0), unit=None, where=None):
     """Copy ``source`` block by block into a float32 Zarr v3 store at ``out_path``.
 
     At most ``memory_budget`` bytes of input (plus its float32 copy) are held
-    at once; a block with NaN or Inf voxels stops the ingest with an error
-    naming the volume and the block.  The store appears only when complete.
+    at once; a block with NaN or Inf voxels, or one the reader fails on (a
+    corrupt chunk), stops the ingest with a :class:`VolumeError` naming the
+    volume (``where``, default ``volumes.{name}``) and the block.  The store
+    appears only when complete.
     """
+    where = where or f"volumes.{name}"
     shape = tuple(int(n) for n in source.shape)
     itemsize = np.dtype(source.dtype).itemsize
     block = block_shape_for_budget(shape, shards, itemsize + 4, memory_budget)
@@ -107,11 +110,17 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
         arr = create_store(tmp, shape, chunks=chunks, shards=shards, attrs=attrs, spacing=spacing,
                            unit=unit, name=name)
         for i, tile in enumerate(tiles):
-            data = np.asarray(source[tile.core], dtype=np.float32)
+            try:
+                data = np.asarray(source[tile.core], dtype=np.float32)
+            except Exception as exc:  # the reader's own error, reworded to name the file and block
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                region = [[s.start, s.stop] for s in tile.core]
+                raise VolumeError(f"{where}: cannot read block {region}: {type(exc).__name__}: "
+                                  f"{first}") from exc
             if not np.all(np.isfinite(data)):
                 local = tuple(np.argwhere(~np.isfinite(data))[0])
                 index = tuple(int(i + s.start) for i, s in zip(local, tile.core))
-                raise VolumeError(f"volumes.{name}: non-finite voxel {data[local]} at index {index}")
+                raise VolumeError(f"{where}: non-finite voxel {data[local]} at index {index}")
             arr[tile.core] = data
             if (i + 1) % max(1, len(tiles) // 10) == 0:
                 log.info("ingest %s: %d/%d blocks", name, i + 1, len(tiles))
