@@ -241,111 +241,15 @@ _CPU_KERNELS = None
 
 
 def _cpu_kernels():
-    """Compile (once, cached on disk) the fused CPU kernels; None without numba."""
+    """The numba kernels of :mod:`volsweep._engine_cpu` (compiled once, cached on disk); None without numba."""
     global _CPU_KERNELS
     if _CPU_KERNELS is not None:
         return _CPU_KERNELS
-    nb = _numba()
-    if nb is None:
+    if _numba() is None:
         return None
-    from numba import prange
+    from ._engine_cpu import CpuKernels
 
-    @nb.njit(fastmath=True)
-    def spec_row(fx, fy, nzh, P, acc):
-        # Spectrum along one rfft row (kx, ky, 0..nzh-1): images of x and y pruned per row,
-        # the inner loop over kz is branch-light so that LLVM can vectorise it.
-        f32 = np.float32
-        w0x, w0y, dwz = f32(fx * P[0]), f32(fy * P[1]), f32(P[2])
-        ux, uy, uz, a2, c, ae2, pcut = P[6], P[7], P[8], P[9], P[10], P[11], P[12]
-        gx, gy, gz = int(P[14]), int(P[15]), int(P[16])
-        for kz in range(nzh):
-            acc[kz] = f32(0.0)
-        for ix in range(-gx, gx + 1):
-            wx = f32(w0x + f32(ix) * P[3])
-            bx = wx * wx
-            if ae2 * bx >= pcut:
-                continue
-            for iy in range(-gy, gy + 1):
-                wy = f32(w0y + f32(iy) * P[4])
-                bxy = bx + wy * wy
-                if ae2 * bxy >= pcut:
-                    continue
-                txy = ux * wx + uy * wy
-                for iz in range(-gz, gz + 1):
-                    off = f32(iz) * P[5]
-                    for kz in range(nzh):
-                        wz = f32(kz) * dwz + off
-                        b = bxy + wz * wz
-                        t = txy + uz * wz
-                        p = a2 * b + c * t * t
-                        if ae2 * b < pcut:
-                            acc[kz] += p * np.exp(f32(-0.5) * p)
-        for kz in range(nzh):
-            acc[kz] *= P[13]
-
-    @nb.njit(parallel=True, fastmath=True, cache=True)
-    def mul_spectrum(vhat, out, nx, ny, nz, P):
-        nzh = vhat.shape[2]
-        for kx in prange(vhat.shape[0]):
-            acc = np.empty(nzh, np.float32)
-            fx = np.float32(kx - nx if kx >= (nx + 1) // 2 else kx)
-            for ky in range(ny):
-                fy = np.float32(ky - ny if ky >= (ny + 1) // 2 else ky)
-                spec_row(fx, fy, nzh, P, acc)
-                for kz in range(nzh):
-                    out[kx, ky, kz] = vhat[kx, ky, kz] * acc[kz]
-
-    @nb.njit(parallel=True, fastmath=True, cache=True)
-    def parseval(pw, nx, ny, P):
-        rows = np.zeros(pw.shape[0])
-        nzh = pw.shape[2]
-        for kx in prange(pw.shape[0]):
-            acc = np.empty(nzh, np.float32)
-            fx = np.float32(kx - nx if kx >= (nx + 1) // 2 else kx)
-            s = 0.0
-            for ky in range(ny):
-                fy = np.float32(ky - ny if ky >= (ny + 1) // 2 else ky)
-                spec_row(fx, fy, nzh, P, acc)
-                for kz in range(nzh):
-                    s += pw[kx, ky, kz] * (acc[kz] * acc[kz])
-            rows[kx] = s
-        tot = 0.0
-        for kx in range(pw.shape[0]):  # fixed order
-            tot += rows[kx]
-        return tot
-
-    @nb.njit(parallel=True, cache=True)
-    def core_stats(g, ox, oy, oz, cx, cy, cz, resp, arg, kid, omap):
-        rows = np.empty((cx, 4))
-        for x in prange(cx):
-            s = 0.0
-            s2 = 0.0
-            mx = -np.inf
-            mn = np.inf
-            for y in range(cy):
-                for z in range(cz):
-                    v = g[ox + x, oy + y, oz + z]
-                    dv = np.float64(v)
-                    s += dv
-                    s2 += dv * dv
-                    if dv > mx:
-                        mx = dv
-                    if dv < mn:
-                        mn = dv
-                    if omap and v > resp[x, y, z]:
-                        resp[x, y, z] = v
-                        arg[x, y, z] = kid
-            rows[x, 0], rows[x, 1], rows[x, 2], rows[x, 3] = s, s2, mx, mn
-        out = np.empty(4)
-        out[0], out[1], out[2], out[3] = 0.0, 0.0, -np.inf, np.inf
-        for x in range(cx):  # fixed order
-            out[0] += rows[x, 0]
-            out[1] += rows[x, 1]
-            out[2] = max(out[2], rows[x, 2])
-            out[3] = min(out[3], rows[x, 3])
-        return out
-
-    _CPU_KERNELS = dict(mul_spectrum=mul_spectrum, parseval=parseval, core_stats=core_stats)
+    _CPU_KERNELS = CpuKernels()
     return _CPU_KERNELS
 
 
@@ -396,35 +300,40 @@ class _CpuEngine:
         cx, cy, cz = block.core_shape
         ncore = cx * cy * cz
         kern = _cpu_kernels()
+        params = kernel_params(ks, a, spacing, N, 1.0)  # scipy's irfftn applies the 1/N
+        prm32 = params.astype(np.float32)
         if parseval:
-            params = kernel_params(ks, a, spacing, N, 1.0)
             pw = _parseval_weights(vhat, N, np)
             dc = _dc_spectrum(params) * float(vhat[0, 0, 0].real)
+            del vhat
             sumsq = np.empty(K)
             for j in range(K):
                 if kern is not None:
-                    sumsq[j] = kern["parseval"](pw, N[0], N[1], params[j].astype(np.float32))
+                    sumsq[j] = kern.parseval(pw, N[0], N[1], prm32[j])
                 else:
                     s = _wv.sampled_spectrum(N, a, *_angles_of(ks.u[j]), ks.xi[j], spacing)
                     sumsq[j] = float(np.sum(pw * s * s))
                 progress.step()
             nanv = np.full(K, np.nan)
             return Partial(ncore, dc, sumsq, nanv, nanv.copy()), None
-        params = kernel_params(ks, a, spacing, N, 1.0)  # scipy's irfftn applies the 1/N
         res = np.empty((K, 4))
-        resp = np.full(block.core_shape, -np.inf, np.float32) if omap else np.empty((1, 1, 1), np.float32)
-        arg = np.zeros(block.core_shape if omap else (1, 1, 1), np.int32)
-        prod = np.empty_like(vhat)
+        if omap:
+            resp = np.full(block.core_shape, -np.inf, np.float32)
+            arg = np.zeros(block.core_shape, np.int32)
+        prod = np.empty_like(vhat)  # complex64 product, consumed in place by irfftn
+        vr, pr = vhat.view(np.float32), prod.view(np.float32)
         ox, oy, oz = block.core_offset
         for j in range(K):
             if kern is not None:
-                kern["mul_spectrum"](vhat, prod, N[0], N[1], N[2], params[j].astype(np.float32))
+                kern.mul_spectrum(vr, pr, N[0], N[1], prm32[j])
             else:
                 s = _wv.sampled_spectrum(N, a, *_angles_of(ks.u[j]), ks.xi[j], spacing)
                 np.multiply(vhat, s.astype(np.float32), out=prod)
-            g = sfft.irfftn(prod, s=N, workers=-1, overwrite_x=False)
+            g = sfft.irfftn(prod, s=N, workers=-1, overwrite_x=True)
             if kern is not None:
-                res[j] = kern["core_stats"](g, ox, oy, oz, cx, cy, cz, resp, arg, j, omap)
+                res[j] = kern.core_stats(g, ox, oy, oz, cx, cy, cz)
+                if omap:
+                    kern.update_omap(g, ox, oy, oz, resp, arg, j)
             else:
                 core = g[ox:ox + cx, oy:oy + cy, oz:oz + cz]
                 res[j] = Partial.of(core[None]).sum[0], float(np.sum(core.astype(np.float64) ** 2)), \
@@ -433,6 +342,7 @@ class _CpuEngine:
                     better = core > resp
                     resp[better] = core[better]
                     arg[better] = j
+            del g
             progress.step()
         pmap = (resp, arg) if omap else None
         return Partial.from_array(ncore, res), pmap
