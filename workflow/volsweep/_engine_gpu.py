@@ -22,6 +22,8 @@ from .stats import Partial
 from .tiling import read_block
 
 THREADS = 256
+#: Kernels per Parseval launch (``KB`` in the CUDA source).
+PARSEVAL_KB = 4
 #: Kernels whose per-CUDA-block partials are buffered before a device-side reduction.
 CHUNK = 256
 #: Bytes per host→device slab while filling the padded volume.
@@ -30,24 +32,36 @@ SLAB_BYTES = 64 << 20
 _SRC = r"""
 typedef IDX_T idx_t;
 
+#define NP 20
+
+// Aliased spectrum at one frequency, exactly pruned: only terms with p = ωᵀMω < p_cut.
+// At fixed (ω_x, ω_y), p is a quadratic in ω_z, so the images of z needed are one range.
 __device__ __forceinline__ float spec(float fx, float fy, float fz, const float* __restrict__ P) {
     const float w0x = fx * P[0], w0y = fy * P[1], w0z = fz * P[2];
-    const float ux = P[6], uy = P[7], uz = P[8], a2 = P[9], c = P[10], ae2 = P[11], pcut = P[12];
+    const float perz = P[5], ux = P[6], uy = P[7], uz = P[8], a2 = P[9], c = P[10], pcut = P[12];
+    const float xlim = P[17], inv_alpha = P[19];
     const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
+    const float inv_perz = 1.0f / perz;
     float acc = 0.0f;
     for (int ix = -gx; ix <= gx; ++ix) {
         const float wx = w0x + ix * P[3];
         const float bx = wx * wx;
-        if (ae2 * bx >= pcut) continue;
+        if (bx >= xlim) continue;
         for (int iy = -gy; iy <= gy; ++iy) {
             const float wy = w0y + iy * P[4];
             const float bxy = bx + wy * wy;
-            if (ae2 * bxy >= pcut) continue;
-            for (int iz = -gz; iz <= gz; ++iz) {
-                const float wz = w0z + iz * P[5];
+            const float txy = ux * wx + uy * wy;
+            const float rxy = pcut - a2 * bxy;
+            // discriminant of alpha·w² + 2·beta·w + gamma − p_cut, with the c² terms cancelled
+            const float disc = a2 * (rxy - c * txy * txy) + c * uz * uz * rxy;
+            if (disc <= 0.0f) continue;
+            const float wc = -c * txy * uz * inv_alpha, h = sqrtf(disc) * inv_alpha;
+            const int lo = max(-gz, (int)ceilf((wc - h - w0z) * inv_perz));
+            const int hi = min(gz, (int)floorf((wc + h - w0z) * inv_perz));
+            for (int iz = lo; iz <= hi; ++iz) {
+                const float wz = w0z + iz * perz;
                 const float b = bxy + wz * wz;
-                if (ae2 * b >= pcut) continue;
-                const float t = ux * wx + uy * wy + uz * wz;
+                const float t = txy + uz * wz;
                 const float p = a2 * b + c * t * t;
                 acc += p * __expf(-0.5f * p);
             }
@@ -100,7 +114,7 @@ __device__ __forceinline__ void block_reduce4(double s, double s2, float mx, flo
 extern "C" __global__ void mul_spec(const float2* __restrict__ vhat, float2* __restrict__ out,
                                     const float* __restrict__ prm, const int j,
                                     const int nx, const int ny, const int nzh, const idx_t total) {
-    const float* P = prm + 17 * j;
+    const float* P = prm + NP * j;
     for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (idx_t)gridDim.x * blockDim.x) {
         float fx, fy, fz;
@@ -111,19 +125,37 @@ extern "C" __global__ void mul_spec(const float2* __restrict__ vhat, float2* __r
     }
 }
 
+#define KB 4
+// Parseval: Σ pw·K̂² for up to KB kernels per launch (pw and the frequency decoded once
+// per point for all of them); per-thread float64 sums, one fixed-shape block reduction
+// per kernel into part[(slot0 + q, block, 1)].
 extern "C" __global__ void parseval(const float* __restrict__ pw, double* __restrict__ part,
-                                    const float* __restrict__ prm, const int j, const int slot,
-                                    const int nx, const int ny, const int nzh, const idx_t total) {
-    const float* P = prm + 17 * j;
-    double s2 = 0.0;
+                                    const float* __restrict__ prm, const int j0, const int nk,
+                                    const int slot0, const int nx, const int ny, const int nzh,
+                                    const idx_t total) {
+    double s[KB];
+#pragma unroll
+    for (int q = 0; q < KB; ++q) s[q] = 0.0;
     for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (idx_t)gridDim.x * blockDim.x) {
         float fx, fy, fz;
         freq(i, nx, ny, nzh, &fx, &fy, &fz);
-        const float k = spec(fx, fy, fz, P);
-        s2 += (double)(pw[i] * (k * k));
+        const float w = pw[i];
+#pragma unroll
+        for (int q = 0; q < KB; ++q) {
+            if (q < nk) {
+                const float k = spec(fx, fy, fz, prm + NP * (j0 + q));
+                s[q] += (double)(w * (k * k));
+            }
+        }
     }
-    block_reduce4(0.0, s2, 0.0f, 0.0f, part + 4 * ((idx_t)slot * gridDim.x + blockIdx.x));
+#pragma unroll
+    for (int q = 0; q < KB; ++q) {
+        if (q < nk) {
+            block_reduce4(0.0, s[q], 0.0f, 0.0f, part + 4 * ((idx_t)(slot0 + q) * gridDim.x + blockIdx.x));
+            __syncthreads();  // block_reduce4's shared arrays are reused by the next kernel
+        }
+    }
 }
 
 extern "C" __global__ void core_stats(const float* __restrict__ g, double* __restrict__ part,
@@ -250,10 +282,11 @@ class GpuEngine:
             part = cp.empty((min(K, CHUNK), nb, 4))
             for j0 in range(0, K, CHUNK):
                 cnt = min(CHUNK, K - j0)
-                for s in range(cnt):
-                    kern((nb,), (THREADS,), (pw, part, prm, np.int32(j0 + s), np.int32(s),
+                for s in range(0, cnt, PARSEVAL_KB):
+                    nk = min(PARSEVAL_KB, cnt - s)
+                    kern((nb,), (THREADS,), (pw, part, prm, np.int32(j0 + s), np.int32(nk), np.int32(s),
                                             np.int32(nx), np.int32(ny), np.int32(nzh), idx(total)))
-                    progress.step()
+                    progress.step(nk)
                 res[j0:j0 + cnt] = part[:cnt, :, 1].sum(axis=1)
             nanv = np.full(K, np.nan)
             return Partial(ncore, dc, res.get(), nanv, nanv.copy()), None

@@ -128,19 +128,25 @@ def unique_kernels(theta, phi, xi) -> KernelSet:
 
 
 def kernel_params(ks: KernelSet, a: float, spacing, fft_shape, norm: float) -> np.ndarray:
-    """Per-kernel spectrum constants as a table ``(K, 17)`` (layout shared with the GPU).
+    """Per-kernel spectrum constants as a table ``(K, 20)`` (layout shared with the GPU).
 
-    Columns: dω (3), image period (3), u (3), a², c, a_eff², p_cut, scale, G (3).
+    Columns: dω (3), image period (3), u (3), a², c, a_eff², p_cut, scale, G (3), then the
+    exact pruning constants of ``p = ωᵀMω`` (``M = a²I + c·uuᵀ``): ``p_cut·(M⁻¹)_xx``
+    (no term below it in ω_x²), ``α = M_zz`` and ``1/α``.
     """
-    out = np.empty((len(ks.xi), 17), dtype=np.float64)
+    out = np.empty((len(ks.xi), 20), dtype=np.float64)
     cache = {}
     for x in np.unique(ks.xi):  # everything but u depends on ξ only
         k = _wv.spectrum_constants(a, float(x), spacing, fft_shape, (0.0, 0.0, 0.0), norm)
         cache[x] = (*k["dw"], *k["period"], 0.0, 0.0, 0.0, k["a2"], k["c"], k["ae2"], k["pcut"],
-                    k["scale"], *k["G"])
+                    k["scale"], *k["G"], 0.0, 0.0, 0.0)
     for x, row in cache.items():
         out[ks.xi == x] = row
     out[:, 6:9] = ks.u
+    a2, c, pcut = out[:, 9], out[:, 10], out[:, 12]
+    out[:, 17] = pcut * (1.0 - c * ks.u[:, 0] ** 2 / (a2 + c)) / a2
+    out[:, 18] = a2 + c * ks.u[:, 2] ** 2
+    out[:, 19] = 1.0 / out[:, 18]
     return out
 
 
@@ -348,6 +354,32 @@ class _CpuEngine:
         return Partial.from_array(ncore, res), pmap
 
 
+#: Voxels per slab when unravelling the orientation map (bounds the temporaries).
+UNRAVEL_SLAB = 1 << 24
+
+
+def _unravel_argmax(arg, rep, grid, out):
+    """Unique-kernel index per voxel → (θ, φ, ξ) indices as uint16 into the host arrays ``out``.
+
+    Runs where ``arg`` lives (NumPy or CuPy), in x-slabs of ``UNRAVEL_SLAB`` voxels, in
+    int32: a GPU map crosses to the host as three uint16 arrays (6 bytes a voxel) instead
+    of int32 indices unravelled on the host.
+    """
+    xp = _be.get_array_module(arg)
+    rep_d = xp.asarray(rep.astype(np.int32))
+    n_phi_xi, n_xi = np.int32(grid[1] * grid[2]), np.int32(grid[2])
+    plane = max(1, int(np.prod(arg.shape[1:])))
+    step = max(1, UNRAVEL_SLAB // plane)
+    for x0 in range(0, arg.shape[0], step):
+        flat = rep_d[arg[x0:x0 + step]]
+        it = flat // n_phi_xi
+        rest = flat - it * n_phi_xi
+        ip = rest // n_xi
+        ix = rest - ip * n_xi
+        for o, v in zip(out, (it, ip, ix)):
+            o[x0:x0 + step] = _be.to_numpy(v.astype(xp.uint16))
+
+
 def _angles_of(u):
     """(θ, φ) with axis_vector(θ, φ) = u (used by the NumPy fallback only)."""
     theta = -math.asin(max(-1.0, min(1.0, float(u[1]))))
@@ -455,31 +487,30 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     if progress:
         log.info("sweep: %d kernels (%d unique) x %d block(s) of FFT shape %s, halo %s, device %s",
                  len(ks.inverse), len(ks.xi), len(blocks), blocks[0].fft_shape, halo, dev)
-    parts, resp, arg = [], None, None
+    grid = (len(theta), len(phi), len(xi_arr))
+    parts, resp, amap = [], None, None
     if orientation_map:
         resp = np.empty(shape, np.float32)
-        arg = np.empty(shape, np.int32)
+        amap = [np.empty(shape, np.uint16) for _ in range(3)]
     for blk in blocks:
         part, pmap = engine.run_block(volume, blk, mode, ks, a, spacing, parseval, orientation_map, prog)
         parts.append(part)
         if pmap is not None:
-            xp = _be.get_array_module(pmap[1])
             resp[blk.core] = _be.to_numpy(pmap[0])
-            arg[blk.core] = _be.to_numpy(xp.asarray(ks.rep.astype(np.int32))[pmap[1]])
+            _unravel_argmax(pmap[1], ks.rep, grid, [m[blk.core] for m in amap])
+            del pmap
     total = merge(parts)
     values = finalize(total, stats)
 
     # --- dataset
-    grid = (len(theta), len(phi), len(xi_arr))
     data_vars = {s: (("theta", "phi", "xi"), values[s][ks.inverse].reshape(grid)) for s in stats}
     data_vars["energy_weight"] = (("xi",), _wv.energy_weight(a, xi_arr))
     data_vars["wavelet_energy"] = (("xi",), _wv.wavelet_energy(a, xi_arr, spacing))
     if orientation_map:
-        it, ip, ix = np.unravel_index(arg, grid)
         data_vars["response_max"] = (("x", "y", "z"), resp)
-        data_vars["argmax_theta"] = (("x", "y", "z"), it.astype(np.uint16))
-        data_vars["argmax_phi"] = (("x", "y", "z"), ip.astype(np.uint16))
-        data_vars["argmax_xi"] = (("x", "y", "z"), ix.astype(np.uint16))
+        data_vars["argmax_theta"] = (("x", "y", "z"), amap[0])
+        data_vars["argmax_phi"] = (("x", "y", "z"), amap[1])
+        data_vars["argmax_xi"] = (("x", "y", "z"), amap[2])
     attrs = dict(a=a, mode=mode, spacing=list(spacing), truncate=truncate,
                  device=_be.device_name(dev), halo=list(halo),
                  fft_shape=list(blocks[0].fft_shape), n_blocks=len(blocks),
