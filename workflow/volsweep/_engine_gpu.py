@@ -126,26 +126,92 @@ extern "C" __global__ void mul_spec(const float2* __restrict__ vhat, float2* __r
 }
 
 #define KB 4
-// Parseval: Σ pw·K̂² for up to KB kernels per launch (pw and the frequency decoded once
-// per point for all of them); per-thread float64 sums, one fixed-shape block reduction
-// per kernel into part[(slot0 + q, block, 1)].
+#define CH 4
+// Parseval: Σ pw·K̂² for up to KB kernels per launch.  One warp per rfft row (kx, ky):
+// the (ω_x, ω_y) image pairs depend on the row only, so lane p computes pair p once per
+// row and kernel (its ω_z interval), the warp reads it back by shuffles, and each lane
+// sums the terms of its own kz (CH·32 frequencies per pass).  Per-lane float64 partials,
+// one fixed-shape block reduction per kernel into part[(slot0 + q, block, 1)].
 extern "C" __global__ void parseval(const float* __restrict__ pw, double* __restrict__ part,
                                     const float* __restrict__ prm, const int j0, const int nk,
                                     const int slot0, const int nx, const int ny, const int nzh,
                                     const idx_t total) {
+    const unsigned FULL = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    const idx_t nrows = (idx_t)nx * (idx_t)ny;
+    const idx_t warp0 = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const idx_t nwarps = ((idx_t)gridDim.x * blockDim.x) >> 5;
     double s[KB];
 #pragma unroll
     for (int q = 0; q < KB; ++q) s[q] = 0.0;
-    for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (idx_t)gridDim.x * blockDim.x) {
-        float fx, fy, fz;
-        freq(i, nx, ny, nzh, &fx, &fy, &fz);
-        const float w = pw[i];
+    for (idx_t row = warp0; row < nrows; row += nwarps) {
+        const int kx = (int)(row / (idx_t)ny), ky = (int)(row % (idx_t)ny);
+        const float fx = (float)(kx >= (nx + 1) / 2 ? kx - nx : kx);
+        const float fy = (float)(ky >= (ny + 1) / 2 ? ky - ny : ky);
+        const float* __restrict__ prow = pw + row * (idx_t)nzh;
 #pragma unroll
         for (int q = 0; q < KB; ++q) {
             if (q < nk) {
-                const float k = spec(fx, fy, fz, prm + NP * (j0 + q));
-                s[q] += (double)(w * (k * k));
+                const float* P = prm + NP * (j0 + q);
+                const float w0x = fx * P[0], w0y = fy * P[1], dwz = P[2], perz = P[5];
+                const float ux = P[6], uy = P[7], uz = P[8], a2 = P[9], c = P[10], pcut = P[12];
+                const float xlim = P[17], inv_alpha = P[19], scale = P[13];
+                const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
+                const float inv_perz = 1.0f / perz;
+                const int nyi = 2 * gy + 1, npairs = (2 * gx + 1) * nyi;
+                double sq = 0.0;
+                for (int kzb = 0; kzb < nzh; kzb += 32 * CH) {
+                    float acc[CH];
+#pragma unroll
+                    for (int cc = 0; cc < CH; ++cc) acc[cc] = 0.0f;
+                    for (int p0 = 0; p0 < npairs; p0 += 32) {
+                        float bxy = 0.0f, txy = 0.0f, wc = 0.0f, h = -1.0f;  // h < 0: no term
+                        const int pp = p0 + lane;
+                        if (pp < npairs) {
+                            const float wx = w0x + (pp / nyi - gx) * P[3];
+                            const float wy = w0y + (pp % nyi - gy) * P[4];
+                            const float bx = wx * wx;
+                            bxy = bx + wy * wy;
+                            txy = ux * wx + uy * wy;
+                            const float rxy = pcut - a2 * bxy;
+                            const float disc = a2 * (rxy - c * txy * txy) + c * uz * uz * rxy;
+                            if (bx < xlim && disc > 0.0f) {
+                                wc = -c * txy * uz * inv_alpha;
+                                h = sqrtf(disc) * inv_alpha;
+                            }
+                        }
+                        const int np = min(32, npairs - p0);
+                        for (int p = 0; p < np; ++p) {
+                            const float hp = __shfl_sync(FULL, h, p);
+                            if (hp < 0.0f) continue;  // warp-uniform
+                            const float bp = __shfl_sync(FULL, bxy, p);
+                            const float tp = __shfl_sync(FULL, txy, p);
+                            const float cp = __shfl_sync(FULL, wc, p);
+#pragma unroll
+                            for (int cc = 0; cc < CH; ++cc) {
+                                const float w0z = (float)(kzb + cc * 32 + lane) * dwz;
+                                const int lo = max(-gz, (int)ceilf((cp - hp - w0z) * inv_perz));
+                                const int hi = min(gz, (int)floorf((cp + hp - w0z) * inv_perz));
+                                for (int iz = lo; iz <= hi; ++iz) {
+                                    const float wz = w0z + iz * perz;
+                                    const float b = bp + wz * wz;
+                                    const float t = tp + uz * wz;
+                                    const float pv = a2 * b + c * t * t;
+                                    acc[cc] += pv * __expf(-0.5f * pv);
+                                }
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int cc = 0; cc < CH; ++cc) {
+                        const int kz = kzb + cc * 32 + lane;
+                        if (kz < nzh) {
+                            const float k = acc[cc] * scale;
+                            sq += (double)(prow[kz] * (k * k));
+                        }
+                    }
+                }
+                s[q] += sq;
             }
         }
     }
