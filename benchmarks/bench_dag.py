@@ -1,8 +1,8 @@
 """Fan-out at scale: time ``snakemake -n`` over many 800x800x200 volumes.
 
 The volumes are metadata only: ``format: raw`` entries with ``shape`` and ``dtype``
-pointing to 1-byte placeholder files (the workflow reads a raw entry's shape from the
-config and only checks that the file exists), so no large data is needed. The grid
+pointing to sparse placeholder files (the workflow reads a raw entry's shape from the
+config and checks the file's size, never its bytes), so no disk space or data is needed. The grid
 and chunking are the defaults (theta 8 x phi 8 x xi 4 in blocks of 4 theta: 2 sweep
 jobs per volume; 128^3 thickness chunks: 7 x 7 x 2 = 98 chunk jobs per volume).
 
@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +38,8 @@ def make_project(work: Path, n_volumes: int) -> Path:
     volumes = {}
     for i in range(n_volumes):
         path = work / "data" / f"vol{i:03d}.raw"
-        path.write_bytes(b"\0")
+        with open(path, "wb") as fh:  # sparse: the right size, no blocks on disk
+            fh.truncate(int(np.prod(SHAPE)) * np.dtype("<u2").itemsize)
         volumes[f"vol{i:03d}"] = {"path": f"data/{path.name}", "format": "raw",
                                   "shape": SHAPE, "dtype": "<u2"}
     config = work / "bench_dag.yaml"
