@@ -13,7 +13,9 @@ Parseval path, the extrapolated 100×100×19 grid, peak device memory; and at 20
 one step of the original nested loop (spatial kernel + cupyx ``ndimage.convolve``
 on the flattened arrays, as in the user's post).
 CPU section (128³): per kernel against ``scipy.fft.irfftn`` (all workers, same
-padded shape) and ``scipy.signal.fftconvolve`` with a 31³ kernel.
+padded shape) and ``scipy.signal.fftconvolve`` with a 31³ kernel, in wall time and in
+process CPU time (the robust figure on a shared machine), medians of ``--reps``
+interleaved repetitions with their spread.
 """
 
 from __future__ import annotations
@@ -193,6 +195,20 @@ def bench_gpu(args, res):
         print(f"[gpu] nested loop 200^3 one step {t_nested:.2f} s; sweep {per200*1e3:.3f} ms/kernel", flush=True)
 
 
+def _wall_cpu(fn, reps, warm=1):
+    """Medians of wall time and of process CPU time (all threads): the CPU figure is the
+    robust one on a shared machine (it does not count time spent waiting for a core)."""
+    for _ in range(warm):
+        fn()
+    wall, cpu = [], []
+    for _ in range(reps):
+        c, t = time.process_time(), time.perf_counter()
+        fn()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), statistics.median(cpu), (min(wall), max(wall))
+
+
 def bench_cpu(args, res):
     import scipy
     import scipy.fft as sfft
@@ -204,24 +220,41 @@ def bench_cpu(args, res):
     theta, phi = _grid(args.cpu_kernels)
     K = len(theta) * len(phi)
     c = res["cpu"] = dict(shape=list(shape), kernels=K, cores=os.cpu_count(), scipy=scipy.__version__,
-                          processor=platform.processor() or platform.machine())
+                          processor=platform.processor() or platform.machine(), xi=args.xi, a=args.a,
+                          load_before=os.getloadavg()[0])
+    k31 = sample_kernel(2.0, 0.3, 0.2, 1.5, halfwidth=(15, 15, 15)).astype(np.float32)
     for mode in args.modes:
         kw = dict(a=args.a, mode=mode, device="cpu", progress=False)
-        ds = sweep(vol, theta, phi, [args.xi], **kw)  # warm-up (numba compile)
-        t = _wall(lambda: sweep(vol, theta, phi, [args.xi], **kw), args.reps, warm=0)
-        t1 = _wall(lambda: sweep(vol, theta[:1], phi[:1], [args.xi], **kw), args.reps, warm=0)
-        per = (t - t1) / (K - 1)
+        ds = sweep(vol, theta, phi, [args.xi], **kw)  # warm-up (numba compile or cache load)
         N = tuple(ds.attrs["fft_shape"])
         spec = (rng.random((N[0], N[1], N[2] // 2 + 1)) + 1j).astype(np.complex64)
-        t_ir = _wall(lambda: sfft.irfftn(spec, s=N, workers=-1), 5)
-        c[mode] = dict(fft_shape=list(N), per_kernel_ms=per * 1e3, irfftn_ms=t_ir * 1e3,
-                       ratio_vs_irfftn=per / t_ir)
-        print(f"[cpu] {mode}: N={N} per-kernel {per*1e3:.2f} ms, irfftn {t_ir*1e3:.2f} ms", flush=True)
-    k31 = sample_kernel(2.0, 0.3, 0.2, 1.5, halfwidth=(15, 15, 15)).astype(np.float32)
-    t_fc = _wall(lambda: fftconvolve(vol, k31, mode="same"), 3)
-    c["fftconvolve31_ms"] = t_fc * 1e3
-    for mode in args.modes:
-        c[mode]["speedup_vs_fftconvolve31"] = t_fc / (c[mode]["per_kernel_ms"] / 1e3)
+        # interleave the timed calls so that load from other processes hits all of them alike
+        rows = []
+        for _ in range(args.reps):
+            t = _wall_cpu(lambda: sweep(vol, theta, phi, [args.xi], **kw), 1, warm=0)
+            t1 = _wall_cpu(lambda: sweep(vol, theta[:1], phi[:1], [args.xi], **kw), 1, warm=0)
+            ir = _wall_cpu(lambda: sfft.irfftn(spec, s=N, workers=-1), 3, warm=0)
+            fc = _wall_cpu(lambda: fftconvolve(vol, k31, mode="same"), 1, warm=0)
+            rows.append(((t[0] - t1[0]) / (K - 1), (t[1] - t1[1]) / (K - 1), ir[0], ir[1], fc[0], fc[1]))
+        per_w, per_c, ir_w, ir_c, fc_w, fc_c = (statistics.median(r[i] for r in rows) for i in range(6))
+        ratio_w = [r[0] / r[2] for r in rows]
+        ratio_c = [r[1] / r[3] for r in rows]
+        c[mode] = dict(fft_shape=list(N), per_kernel_ms=per_w * 1e3, per_kernel_cpu_ms=per_c * 1e3,
+                       irfftn_ms=ir_w * 1e3, irfftn_cpu_ms=ir_c * 1e3,
+                       fftconvolve31_ms=fc_w * 1e3, fftconvolve31_cpu_ms=fc_c * 1e3,
+                       ratio_vs_irfftn=statistics.median(ratio_w), ratio_vs_irfftn_spread=[min(ratio_w), max(ratio_w)],
+                       ratio_vs_irfftn_cpu=statistics.median(ratio_c),
+                       ratio_vs_irfftn_cpu_spread=[min(ratio_c), max(ratio_c)],
+                       speedup_vs_fftconvolve31=statistics.median(r[4] / r[0] for r in rows),
+                       speedup_vs_fftconvolve31_cpu=statistics.median(r[5] / r[1] for r in rows))
+        m = c[mode]
+        print(f"[cpu] {mode}: N={N} per-kernel {per_w*1e3:.2f} ms wall / {per_c*1e3:.2f} ms cpu; "
+              f"irfftn {ir_w*1e3:.2f} / {ir_c*1e3:.2f}; ratio {m['ratio_vs_irfftn']:.2f} wall "
+              f"(spread {min(ratio_w):.2f}-{max(ratio_w):.2f}), {m['ratio_vs_irfftn_cpu']:.2f} cpu "
+              f"(spread {min(ratio_c):.2f}-{max(ratio_c):.2f}); vs fftconvolve31 "
+              f"{m['speedup_vs_fftconvolve31']:.1f}x wall, {m['speedup_vs_fftconvolve31_cpu']:.1f}x cpu",
+              flush=True)
+    c["load_after"] = os.getloadavg()[0]
 
 
 def main(argv=None):

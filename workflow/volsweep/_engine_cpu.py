@@ -89,21 +89,20 @@ def fexp(x):
 
 
 @nb.njit(fastmath=True, cache=True, nogil=True)
-def spectrum_row(fx, fy, nzh, P, acc, WZ, EZ, LZ):
+def spectrum_row(fx, fy, nzh, P, acc, WZ):
     """``acc[kz] = Σ_g p·exp(−p/2)`` along the rfft row at signed indices (fx, fy), unscaled.
 
     ``P`` is one float32 row of :func:`volsweep.engine.kernel_params`; ``acc`` is
     float32 of a length ``≥ nzh`` that is a multiple of ``LANES`` (entries past ``nzh``
-    are scratch); ``WZ[iz + gz, kz]`` holds ω_z of image ``iz`` (same length),
-    and for ξ = 1 (``c = 0``) ``EZ = exp(−a²ω_z²/2)``, ``LZ = a²ω_z²`` (:func:`z_tables`).
+    are scratch); ``WZ[iz + gz, kz]`` holds ω_z of image ``iz`` (same length,
+    :func:`z_table`).  ξ = 1 has a faster, separable path (:func:`sep_table`).
 
     Pruning is exact: a term is needed only where ``p < p_cut``.  For fixed (ω_x, ω_y),
     p is a quadratic in ω_z, so that is one interval of kz per image of z.  Work is done
     in whole blocks of ``LANES`` frequencies, so that every term is a full-width vector
     operation (a segment of ~50 frequencies would otherwise run mostly in the scalar
     remainder loop); the few terms computed beyond the interval are below ``ALIAS_TOL``
-    and only make the sum more complete.  For ξ = 1 the Gaussian is separable and the
-    loop needs no exp at all.
+    and only make the sum more complete.
     """
     w0x = fx * P[0]
     w0y = fy * P[1]
@@ -111,7 +110,6 @@ def spectrum_row(fx, fy, nzh, P, acc, WZ, EZ, LZ):
     perx, pery, perz = P[3], P[4], P[5]
     ux, uy, uz, a2, c, pcut = P[6], P[7], P[8], P[9], P[10], P[12]
     gx, gy, gz = int(P[14]), int(P[15]), int(P[16])
-    iso = c == _ZERO
     # p = ωᵀMω, M = a²I + c·uuᵀ: min over (ω_y, ω_z) at fixed ω_x is ω_x² / (M⁻¹)_xx.
     a2d, cd, uzd = np.float64(a2), np.float64(c), np.float64(uz)
     mxx = (1.0 - cd * np.float64(ux) ** 2 / (a2d + cd)) / a2d
@@ -139,8 +137,6 @@ def spectrum_row(fx, fy, nzh, P, acc, WZ, EZ, LZ):
                 continue
             wc = -beta * inv_alpha
             h = np.sqrt(disc) * inv_alpha
-            pxy = a2 * bxy
-            exy = fexp(-_HALF * pxy)
             for iz in range(-gz, gz + 1):
                 off = np.float64(iz) * np.float64(perz)
                 lo = np.ceil((wc - h - off) * inv_dwz)
@@ -151,35 +147,54 @@ def spectrum_row(fx, fy, nzh, P, acc, WZ, EZ, LZ):
                 k0 = np.uint64(0 if lo < 0 else (int(lo) // LANES) * LANES)
                 k1 = np.uint64(npad if hi >= nzh - 1 else (int(hi) // LANES + 1) * LANES)
                 izi = iz + gz
-                if iso:  # (no array views here: each costs NRT refcount calls)
-                    for k in range(k0, k1):  # separable: no exp
-                        acc[k] += (pxy + LZ[izi, k]) * (exy * EZ[izi, k])
-                else:
-                    for k in range(k0, k1):
-                        wz = WZ[izi, k]
-                        b = bxy + wz * wz
-                        t = txy + uz * wz
-                        p = a2 * b + c * (t * t)
-                        acc[k] += p * fexp(-_HALF * p)
+                # (no array views in here: each would cost NRT refcount calls)
+                for k in range(k0, k1):
+                    wz = WZ[izi, k]
+                    b = bxy + wz * wz
+                    t = txy + uz * wz
+                    p = a2 * b + c * (t * t)
+                    acc[k] += p * fexp(-_HALF * p)
 
 
 @nb.njit(fastmath=True, cache=True, nogil=True)
-def z_tables(nzh, P):
-    """ω_z per image of z and kz (padded to whole LANES blocks), and for ξ = 1 its Gaussian factors."""
+def z_table(nzh, P):
+    """ω_z per image of z and kz, padded to whole LANES blocks."""
     gz = int(P[16])
-    nbz = -(-nzh // LANES)
-    WZ = np.empty((2 * gz + 1, nbz * LANES), np.float32)
-    EZ = np.empty_like(WZ)
-    LZ = np.empty_like(WZ)
-    a2 = P[9]
+    WZ = np.empty((2 * gz + 1, -(-nzh // LANES) * LANES), np.float32)
     for i in range(2 * gz + 1):
         off = _F(i - gz) * P[5]
-        for k in range(nbz * LANES):
-            w = _F(k) * P[2] + off
-            WZ[i, k] = w
-            LZ[i, k] = a2 * (w * w)
-            EZ[i, k] = fexp(-_HALF * LZ[i, k])
-    return WZ, EZ, LZ
+        for k in range(WZ.shape[1]):
+            WZ[i, k] = _F(k) * P[2] + off
+    return WZ
+
+
+@nb.njit(cache=True, nogil=True)
+def sep_table(n, half, dw, per, g, a2):
+    """ξ = 1 (isotropic) factors along one axis: ``S[k] = Σ_g e^{−a²ω²/2}``, ``T[k] = Σ_g a²ω² e^{−a²ω²/2}``.
+
+    Then ``K̂ = (T_x S_y + S_x T_y) S_z + S_x S_y T_z`` (every image of the G box: more
+    complete than the pruned sum, by terms below ``ALIAS_TOL``).  float64 sums.
+    """
+    m = n // 2 + 1 if half else n
+    S = np.zeros(m)
+    T = np.zeros(m)
+    for k in range(m):
+        f = k - n if (not half and k >= (n + 1) // 2) else k
+        for i in range(-g, g + 1):
+            w = f * dw + i * per
+            q = a2 * w * w
+            e = np.exp(-0.5 * q)
+            S[k] += e
+            T[k] += q * e
+    return S, T
+
+
+@nb.njit(fastmath=True, cache=True, nogil=True)
+def _iso_row(SX, TX, SY, TY, SZ, TZ, kx, ky, nzh, acc):
+    sxy = SX[kx] * SY[ky]
+    txy = TX[kx] * SY[ky] + SX[kx] * TY[ky]
+    for kz in range(nzh):
+        acc[kz] = _F(txy * SZ[kz] + sxy * TZ[kz])
 
 
 def _signed(k, n):
@@ -195,11 +210,19 @@ def mul_rows(vr, outr, nx, ny, P, kx0, kx1):
     nzh = vr.shape[2] // 2
     scale = P[13]
     acc = np.empty(-(-nzh // LANES) * LANES, np.float32)
-    WZ, EZ, LZ = z_tables(nzh, P)
+    WZ = z_table(nzh, P)
+    iso = P[10] == _ZERO
+    a2 = np.float64(P[9])
+    SX, TX = sep_table(nx, False, np.float64(P[0]), np.float64(P[3]), int(P[14]), a2)
+    SY, TY = sep_table(ny, False, np.float64(P[1]), np.float64(P[4]), int(P[15]), a2)
+    SZ, TZ = sep_table(2 * (nzh - 1), True, np.float64(P[2]), np.float64(P[5]), int(P[16]), a2)
     for kx in range(kx0, kx1):
         fx = _F(_signed(kx, nx))
         for ky in range(vr.shape[1]):
-            spectrum_row(fx, _F(_signed(ky, ny)), nzh, P, acc, WZ, EZ, LZ)
+            if iso:
+                _iso_row(SX, TX, SY, TY, SZ, TZ, kx, ky, nzh, acc)
+            else:
+                spectrum_row(fx, _F(_signed(ky, ny)), nzh, P, acc, WZ)
             vrow = vr[kx, ky]
             orow = outr[kx, ky]
             for kz in range(nzh):
@@ -213,12 +236,20 @@ def parseval_rows(pw, nx, ny, P, kx0, kx1, out):
     """``out[kx] = Σ_{ky,kz} pw · K̂²`` (float64, unscaled) on the planes ``kx0 ≤ kx < kx1``."""
     nzh = pw.shape[2]
     acc = np.empty(-(-nzh // LANES) * LANES, np.float32)
-    WZ, EZ, LZ = z_tables(nzh, P)
+    WZ = z_table(nzh, P)
+    iso = P[10] == _ZERO
+    a2 = np.float64(P[9])
+    SX, TX = sep_table(nx, False, np.float64(P[0]), np.float64(P[3]), int(P[14]), a2)
+    SY, TY = sep_table(ny, False, np.float64(P[1]), np.float64(P[4]), int(P[15]), a2)
+    SZ, TZ = sep_table(2 * (nzh - 1), True, np.float64(P[2]), np.float64(P[5]), int(P[16]), a2)
     for kx in range(kx0, kx1):
         fx = _F(_signed(kx, nx))
         s = 0.0
         for ky in range(pw.shape[1]):
-            spectrum_row(fx, _F(_signed(ky, ny)), nzh, P, acc, WZ, EZ, LZ)
+            if iso:
+                _iso_row(SX, TX, SY, TY, SZ, TZ, kx, ky, nzh, acc)
+            else:
+                spectrum_row(fx, _F(_signed(ky, ny)), nzh, P, acc, WZ)
             prow = pw[kx, ky]
             r = 0.0
             for kz in range(nzh):
