@@ -4,25 +4,29 @@ Per kernel the engine needs, over the rfft half spectrum ``(nx, ny, nz//2+1)``, 
 sampled spectrum (the aliased sum of :mod:`volsweep.wavelet`), multiplied into the
 image spectrum, then statistics of the inverse FFT over the core voxels.
 
-Speed (a 2-core CPU is the target machine):
+Speed (a 2-core CPU is the target machine; figures in benchmarks/NOTES_sweep.md):
 
-* The spectrum is computed one rfft row ``(kx, ky, ·)`` at a time.  The images of x
-  and y are pruned per row; for each image of z the range of ``kz`` where the term
-  can matter (``a_eff²|ω|² < p_cut``) is an interval, found with one sqrt per row
-  and image pair.  The loop over that interval has no branch, so LLVM vectorises
-  it (AVX2/AVX-512): float32 throughout and a polynomial ``exp`` (:func:`fexp`,
-  Cephes' ``expf``, ~2 ulp) because this numba has no SVML.
+* The spectrum is computed one rfft row ``(kx, ky, ·)`` at a time.  Pruning is exact
+  (terms with ``p = ωᵀMω ≥ p_cut`` are dropped): the images of x are bounded by
+  ``p_cut·(M⁻¹)_xx``, and for each (x, y) image pair ``p`` is a quadratic in ω_z, so
+  the kz where an image of z matters form one interval.  The loop over that interval
+  runs in whole blocks of ``LANES`` frequencies with unsigned indices and no branch,
+  so LLVM vectorises it at full width: float32 throughout and a polynomial ``exp``
+  (:func:`fexp`, Cephes' ``expf``, ~2 ulp) because this numba has no SVML.
+* ξ = 1 (isotropic) is separable: three 1D tables per axis and ~5 flops a point.
 * The multiply writes the product into a preallocated complex64 buffer (viewed as
   float32 pairs), which ``scipy.fft.irfftn(..., overwrite_x=True)`` consumes.
-* Statistics are one parallel pass: float64 partials per x-plane of the core,
-  merged in index order, so results are bit-identical run to run and for any
-  number of threads (the split is by plane, not by thread).
+* Statistics are one pass: float64 partials per x-plane of the core (max/min through
+  ``llvm.maxnum``/``minnum`` so that they vectorise), merged in plane order, so the
+  results are bit-identical run to run and for any number of threads (the split is
+  by plane, not by thread).
 * Parallelism: ``nogil`` kernels over ranges of x-planes, run by a small Python
   thread pool (idle threads sleep).  numba's own threading layers are avoided: the
   GNU OpenMP one spins between launches and, on a loaded 2-core machine or next to
   scipy.fft's workers, made a 0.6 ms statistics pass take 10 ms.
-* Where the CPU has AVX-512, the kernels are compiled with 16-lane vectors (LLVM
-  prefers 256-bit ones on Intel cores): 1.8× faster spectra, measured.
+* Where the CPU has AVX-512, the kernels are compiled with 16-lane vectors and no
+  interleave (LLVM prefers 256-bit vectors on Intel cores): spectra ~1.4–1.8× faster,
+  measured.  The option is set only around these compilations (:func:`_compile_all`).
 """
 
 from __future__ import annotations
