@@ -394,10 +394,15 @@ def _compile_all():
         _READY = True
 
 
+_POOL_PID = None
+
+
 def _pool():
-    global _POOL
-    if _POOL is None:
+    """The process's thread pool (made anew in a forked child: the parent's threads are gone)."""
+    global _POOL, _POOL_PID
+    if _POOL is None or _POOL_PID != os.getpid():
         _POOL = ThreadPoolExecutor(max_workers=n_threads(), thread_name_prefix="volsweep")
+        _POOL_PID = os.getpid()
     return _POOL
 
 
