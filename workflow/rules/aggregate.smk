@@ -31,8 +31,9 @@ rule orientation_map:
         "logs/{vol}/orientation_map.log",
     benchmark:
         "logs/{vol}/orientation_map.benchmark.tsv"
+    retries: RETRIES
     resources:
-        mem_mb=lambda wildcards: int(2 * volume_nbytes(wildcards.vol) / MB + 512),
+        mem_mb=lambda wildcards, attempt: attempt * int(2 * volume_nbytes(wildcards.vol) / MB + 512),
     conda:
         ENV
     script:

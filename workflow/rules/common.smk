@@ -25,6 +25,7 @@ ORIENTATION_BLOCK_OUTPUT = (
 REPORT = config["report"]
 USES_GPU = 0 if config["device"] == "cpu" else 1
 MB = 2**20
+RETRIES = 2  # heavy rules: a transient failure (node, OOM) is retried with mem_mb x attempt
 
 
 wildcard_constraints:

@@ -24,9 +24,10 @@ rule sweep_block:
     benchmark:
         "logs/{vol}/sweep/{block}.benchmark.tsv"
     threads: 2
+    retries: RETRIES
     resources:
         gpu=USES_GPU,
-        mem_mb=lambda wildcards: int(8 * volume_nbytes(wildcards.vol) / MB + 512),
+        mem_mb=lambda wildcards, attempt: attempt * int(8 * volume_nbytes(wildcards.vol) / MB + 512),
     conda:
         ENV
     script:

@@ -16,9 +16,10 @@ rule thickness_rmax:
         "logs/{vol}/thickness/rmax.log",
     benchmark:
         "logs/{vol}/thickness/rmax.benchmark.tsv"
+    retries: RETRIES
     resources:
         gpu=USES_GPU,
-        mem_mb=lambda wildcards: int(4 * volume_nbytes(wildcards.vol) / MB + 512),
+        mem_mb=lambda wildcards, attempt: attempt * int(4 * volume_nbytes(wildcards.vol) / MB + 512),
     conda:
         ENV
     script:
@@ -58,9 +59,10 @@ rule thickness_chunk:
         "logs/{vol}/thickness/chunks/{chunk}.log",
     benchmark:
         "logs/{vol}/thickness/chunks/{chunk}.benchmark.tsv"
+    retries: RETRIES
     resources:
         gpu=USES_GPU,
-        mem_mb=lambda wildcards: int(8 * volume_nbytes(wildcards.vol) / MB + 512),
+        mem_mb=lambda wildcards, attempt: attempt * int(8 * volume_nbytes(wildcards.vol) / MB + 512),
     conda:
         ENV
     script:

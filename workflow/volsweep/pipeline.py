@@ -2,16 +2,26 @@
 
 Each step reads its inputs, calls the pure-array cores, and writes its
 outputs atomically (temporary name, then rename), so a killed job leaves no
-half-written file behind.
+half-written file behind.  The one shared store, ``thickness.zarr``, is
+written by the chunk jobs on disjoint shards; each chunk job's ``.npz`` is
+written last and is its completion marker, and the aggregation checks every
+marker and every shard before it merges.
+
+Faults can be injected for tests through the environment variable
+``VOLSWEEP_FAULT`` (see :func:`inject_fault`); unset, it costs nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
+import math
 import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +33,57 @@ from volsweep.products import with_products
 from volsweep.tiling import plan_tiles
 
 log = logging.getLogger("volsweep")
+
+#: Environment variable of the test fault switch: comma-separated ``step:action[:arg]``.
+FAULT_ENV = "VOLSWEEP_FAULT"
+#: Seconds a ``hang`` fault sleeps (a test kills the run meanwhile).
+HANG_S = 3600
+MB = 2**20
+
+
+class InjectedFault(RuntimeError):
+    """A failure injected by ``VOLSWEEP_FAULT`` (tests only)."""
+
+
+def _faults(step: str):
+    for spec in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+        name, _, rest = spec.partition(":")
+        action, _, arg = rest.partition(":")
+        if name == step:
+            yield action, arg
+
+
+def inject_fault(step: str) -> None:
+    """Act on ``VOLSWEEP_FAULT`` entries for ``step`` (a pipeline function name).
+
+    Actions: ``kill`` (SIGKILL this process), ``hang`` (log, then sleep
+    :data:`HANG_S`), ``fail-once:PATH`` (raise :class:`InjectedFault` unless
+    the marker file PATH exists, creating it: the retry succeeds).  Called
+    where a step has written part of its output.
+    """
+    for action, arg in _faults(step):
+        if action == "kill":
+            log.warning("fault: %s killed midway", step)
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "hang":
+            log.warning("fault: %s hanging midway", step)
+            for h in log.handlers:
+                h.flush()
+            time.sleep(HANG_S)
+        elif action == "fail-once":
+            marker = Path(arg)
+            if not marker.exists():
+                marker.touch()
+                raise InjectedFault(f"fault: {step} failed once (transient)")
+        elif action != "oom":
+            raise ValueError(f"{FAULT_ENV}: unknown action {action!r} for {step}")
+
+
+def _injected_oom(limit) -> None:
+    """``VOLSWEEP_FAULT=sweep_block:oom:BYTES``: out of memory when ``limit`` exceeds BYTES."""
+    for action, arg in _faults("sweep_block"):
+        if action == "oom" and (limit is None or limit > float(arg)):
+            raise MemoryError(f"fault: simulated out-of-memory at memory_limit={limit}")
 
 
 @contextlib.contextmanager
@@ -68,8 +129,11 @@ def provenance(config: dict) -> dict:
 
 
 def _atomic_path(path) -> Path:
+    """A temporary sibling of ``path``; a killed earlier attempt's temporaries are removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # one job writes a path at a time
+        stale.unlink(missing_ok=True)
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
@@ -88,7 +152,7 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_
     }
     ingest(source, out, chunks=chunks, shards=shards, memory_budget=memory_budget_mb * 2**20,
            attrs=attrs, name=name, spacing=entry["spacing"], unit=entry.get("unit"),
-           where=volume_where(entry, name))
+           where=volume_where(entry, name), on_block=lambda i: inject_fault("ingest_volume"))
 
 
 def _volume(volume_zarr):
@@ -111,16 +175,65 @@ def sweep_block(volume_zarr, out_nc, *, theta, phi, xi, a, mode, truncate, stats
     store, spacing = _volume(volume_zarr)
     volume = store[...]
     kwargs = {} if truncate is None else {"truncate": truncate}
-    ds = sweep(volume, np.asarray(theta), np.asarray(phi), np.asarray(xi), a=a, spacing=spacing,
-               mode=mode, stats=tuple(stats), device=device,
-               memory_limit=None if memory_budget_mb is None else memory_budget_mb * 2**20,
-               progress=True, orientation_map=orientation_zarr is not None, **kwargs)
+    run = functools.partial(sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi), a=a,
+                            spacing=spacing, mode=mode, stats=tuple(stats), device=device,
+                            progress=True, orientation_map=orientation_zarr is not None, **kwargs)
+    untiled, smallest = _sweep_needs(volume.shape, a=a, xi=xi, theta=theta, phi=phi, spacing=spacing,
+                                     truncate=truncate, orientation_map=orientation_zarr is not None)
+    ds = _sweep_halving_on_oom(run, None if memory_budget_mb is None else memory_budget_mb * MB,
+                               untiled, smallest)
     if orientation_zarr is not None:
         write_orientation(orientation_zarr, ds, theta_offset=theta_offset, chunks=store.chunks,
                           shards=store.shards, spacing=spacing)
+    inject_fault("sweep_block")
     ds = ds.drop_vars([v for v in ORIENTATION_VARS if v in ds.variables])
     ds.attrs["block"] = int(block)
     datasets.write_netcdf(ds, out_nc)
+
+
+def _out_of_memory_errors() -> tuple:
+    errors = [MemoryError]
+    try:
+        from cupy.cuda.memory import OutOfMemoryError
+        errors.append(OutOfMemoryError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _sweep_needs(shape, *, a, xi, theta, phi, spacing, truncate, orientation_map):
+    """Bytes the engine plans for the untiled volume and for its smallest (1-voxel) tile."""
+    from volsweep.engine import BYTES_PER_OMAP_VOXEL, BYTES_PER_PADDED_VOXEL
+    from volsweep.tiling import fast_shape
+    from volsweep.wavelet import DEFAULT_TRUNCATE, halo_for
+
+    halo = halo_for(a, xi, theta, phi, spacing, DEFAULT_TRUNCATE if truncate is None else truncate)
+    bpv = BYTES_PER_PADDED_VOXEL + (BYTES_PER_OMAP_VOXEL if orientation_map else 0)
+    return (math.prod(fast_shape(shape, halo)) * bpv,
+            math.prod(fast_shape((1,) * len(shape), halo)) * bpv)
+
+
+def _sweep_halving_on_oom(run, limit, untiled, smallest):
+    """``run(memory_limit=limit)``, halving the limit after each out-of-memory error.
+
+    The engine tiles space under the limit and merges the tiles' float64
+    partial statistics in a fixed order, so a smaller limit changes only the
+    FFT rounding (tests hold tiled against untiled to 1e-6 relative).  Without
+    a limit, the first retry takes half the ``untiled`` need; the halving stops
+    with a :class:`MemoryError` below the ``smallest`` tile's need.
+    """
+    errors = _out_of_memory_errors()
+    while True:
+        try:
+            _injected_oom(limit)
+            return run(memory_limit=limit)
+        except errors as exc:
+            limit = (untiled if limit is None else limit) / 2
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if limit < smallest:
+                raise MemoryError(f"sweep: out of memory ({reason}) and a 1-voxel tile with its "
+                                  f"halo needs {smallest} bytes") from exc
+            log.warning("sweep: out of memory (%s); retrying with memory_limit=%.0f bytes", reason, limit)
 
 
 def _create_orientation(path, shape, *, chunks, shards, spacing, attrs=None):
@@ -157,6 +270,14 @@ def merge_orientation(block_zarrs, out_zarr, *, theta, phi, xi, provenance: dict
     Ties keep the earlier block, whose (θ, φ, ξ) flat index is lower, so the
     result is the lowest flat index among the maxima, as within a block.
     """
+    require_complete(block_zarrs, "orientation block")
+    for path in block_zarrs:
+        group = zarr_group(path)
+        for name in ("0",) + ORIENTATION_VARS[1:]:
+            missing = _missing_shards(group[name], Path(path) / name)
+            if missing:
+                raise IncompleteError(f"{path}: {name} has {len(missing)} shard(s) never written: "
+                                      f"{', '.join(missing[:3])}")
     ref = zarr_group(block_zarrs[0])["0"]
     attrs = {"theta": list(map(float, theta)), "phi": list(map(float, phi)),
              "xi": list(map(float, xi)), **provenance,
@@ -212,9 +333,10 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, c
                     label, invert, device):
     """Rule thickness_chunk: exact local thickness of one chunk's core, from core + halo.
 
-    Writes the core into the shared store (its own shards only) and the
-    chunk's exact value counts to ``out_npz``, which doubles as the
-    completion marker.
+    Writes the core into the shared store (its own shards only), then the
+    chunk's exact value counts to ``out_npz``, atomically and last: the
+    ``.npz`` is the completion marker.  A job killed before it leaves no
+    ``.npz``, so Snakemake reruns the chunk, which rewrites the same shards.
     """
     from volsweep.thickness import local_thickness_core, thickness_halo, value_counts
 
@@ -229,6 +351,7 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, c
     lt = local_thickness_core(binary, core_in_block, r_max, spacing=spacing, device=device)
     out = open_store(thickness_zarr, mode="r+")
     out[tile.core] = np.asarray(lt, dtype=np.float32)
+    inject_fault("thickness_chunk")
     values, counts = value_counts(lt)
     tmp = _atomic_path(out_npz)
     with open(tmp, "wb") as fh:
@@ -239,30 +362,73 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, c
     log.info("thickness chunk %d: core %s, halo block %s..%s", index, tile.core, start, stop)
 
 
+class IncompleteError(RuntimeError):
+    """Parts of a merge are missing or unwritten; the message names them."""
+
+
+def require_complete(paths, what: str) -> None:
+    """Raise :class:`IncompleteError` naming every one of ``paths`` that is not there."""
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise IncompleteError(f"{len(missing)} of {len(paths)} {what}(s) missing, rerun them: "
+                              f"{', '.join(missing)}")
+
+
+def _missing_shards(array, root: Path) -> list[str]:
+    grid = [-(-n // s) for n, s in zip(array.shape, array.shards or array.chunks)]
+    keys = (array.metadata.encode_chunk_key(c) for c in np.ndindex(*grid))
+    return [k for k in keys if not (root / k).is_file()]
+
+
+def check_written(store_zarr, cores, markers) -> None:
+    """Every shard of a NaN-filled store exists and no core holds NaN (a never-written voxel)."""
+    arr = open_store(store_zarr)
+    missing = _missing_shards(arr, Path(store_zarr) / "0")
+    if missing:
+        raise IncompleteError(f"{store_zarr}: {len(missing)} shard(s) never written: "
+                              f"{', '.join(missing[:3])}")
+    for core, marker in zip(cores, markers):
+        if np.isnan(arr[core]).any():
+            raise IncompleteError(f"{store_zarr}: unwritten (NaN) voxels in the core of {marker}; "
+                                  "delete that file and rerun")
+
+
 def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict):
     """Rule aggregate_sweep: the blocks, in order, become ``results/{vol}/sweep.nc``."""
+    require_complete(block_ncs, "sweep block")
     store, _ = _volume(volume_zarr)
     ds = with_products(datasets.merge_sweep_blocks(block_ncs))
     ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"])
     datasets.write_netcdf(ds, out_nc)
 
 
-def aggregate_thickness(chunk_npzs, rmax_json, volume_zarr, out_nc, *, bins, provenance: dict):
-    """Rule aggregate_thickness: merge every chunk's counts into ``results/{vol}/thickness.nc``."""
+def aggregate_thickness(chunk_npzs, rmax_json, volume_zarr, out_nc, *, bins, provenance: dict,
+                        thickness_zarr=None):
+    """Rule aggregate_thickness: merge every chunk's counts into ``results/{vol}/thickness.nc``.
+
+    First checks that every chunk's marker is there (naming the missing ones),
+    that the chunks cover the volume, and that the shared ``thickness.zarr``
+    (default: next to ``thickness/``) has every core written: all its shard
+    files present and no NaN (the fill value) left in any core, read one chunk
+    core at a time.
+    """
     from volsweep.thickness import distribution_from_counts, merge_value_counts
 
     store, spacing = _volume(volume_zarr)
-    missing = [str(p) for p in chunk_npzs if not Path(p).is_file()]
-    if missing:
-        raise FileNotFoundError(f"thickness chunks missing, rerun them: {', '.join(missing)}")
-    pairs, n_voxels = [], 0
+    require_complete(chunk_npzs, "thickness chunk")
+    pairs, n_voxels, cores = [], 0, []
     for path in chunk_npzs:
         with np.load(path) as z:
             pairs.append((z["values"], z["counts"]))
             n_voxels += int(z["n_voxels"])
+            cores.append(tuple(slice(int(a), int(b)) for a, b in zip(z["core_start"], z["core_stop"])))
     if n_voxels != int(np.prod(store.shape)):
-        raise ValueError(f"thickness chunks cover {n_voxels} voxels, the volume has "
-                         f"{int(np.prod(store.shape))}")
+        raise IncompleteError(f"thickness chunks cover {n_voxels} voxels, the volume has "
+                              f"{int(np.prod(store.shape))}")
+    if thickness_zarr is None:  # the rule's layout: results/{vol}/thickness/rmax.json
+        thickness_zarr = Path(rmax_json).parent.parent / "thickness.zarr"
+    if Path(thickness_zarr).exists():
+        check_written(thickness_zarr, cores, chunk_npzs)
     values, counts = merge_value_counts(pairs)
     ds = distribution_from_counts(values, counts, n_voxels, bins=bins, spacing=spacing)
     ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"],

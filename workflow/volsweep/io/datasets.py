@@ -23,6 +23,8 @@ def write_netcdf(ds: xr.Dataset, path) -> None:
     ds.attrs = _netcdf_attrs(ds.attrs)
     for name in ds.variables:
         ds[name].attrs = _netcdf_attrs(ds[name].attrs)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # a killed attempt's; one writer a path
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         ds.to_netcdf(tmp, engine=ENGINE)

@@ -58,8 +58,10 @@ def open_store(path, mode="r"):
 def atomic_dir(final: Path):
     """Yield a temporary sibling folder, renamed onto ``final`` only on success."""
     final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):  # a killed attempt's; one writer a path
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
         yield tmp
         if final.exists():
@@ -91,14 +93,15 @@ def block_shape_for_budget(shape, aligned_to, bytes_per_voxel: float, budget: fl
 
 
 def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None, name="volume",
-           spacing=(1.0, 1.0, 1.0), unit=None, where=None):
+           spacing=(1.0, 1.0, 1.0), unit=None, where=None, on_block=None):
     """Copy ``source`` block by block into a float32 Zarr v3 store at ``out_path``.
 
     At most ``memory_budget`` bytes of input (plus its float32 copy) are held
     at once; a block with NaN or Inf voxels, or one the reader fails on (a
     corrupt chunk), stops the ingest with a :class:`VolumeError` naming the
     volume (``where``, default ``volumes.{name}``) and the block.  The store
-    appears only when complete.
+    appears only when complete.  ``on_block(i)`` is called after block ``i``
+    is written (the tests inject faults there).
     """
     where = where or f"volumes.{name}"
     shape = tuple(int(n) for n in source.shape)
@@ -122,6 +125,8 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
                 index = tuple(int(i + s.start) for i, s in zip(local, tile.core))
                 raise VolumeError(f"{where}: non-finite voxel {data[local]} at index {index}")
             arr[tile.core] = data
+            if on_block is not None:
+                on_block(i)
             if (i + 1) % max(1, len(tiles) // 10) == 0:
                 log.info("ingest %s: %d/%d blocks", name, i + 1, len(tiles))
     return block
