@@ -179,14 +179,14 @@ def bench_gpu(args, log):
     # Phase breakdown (synchronised) for the notes.
     from volsweep import _thickness_gpu as G
 
-    def stage_times():
+    def stage_times(method=None):
         ev = [cp.cuda.Event() for _ in range(5)]
         ev[0].record()
         d2 = G.edt_sq(phase, (1, 1, 1))
         ev[1].record()
         cand = G.candidates(d2, (1, 1, 1), (0, 0, 0), shape, np.inf, 0.0)
         ev[2].record()
-        r, v = G.paint(d2, cand, (1, 1, 1), (0, 0, 0), shape)
+        r, v = G.paint(d2, cand, (1, 1, 1), (0, 0, 0), shape, method=method)
         ev[3].record()
         G.finish(r, v)
         ev[4].record()
@@ -195,21 +195,39 @@ def bench_gpu(args, log):
 
     st = [stage_times() for _ in range(5)]
     med_st = [statistics.median(s[0][i] for s in st) for i in range(4)]
+    res["blobs_250"]["painter"] = G.PAINT
     res["blobs_250"]["stages_ms"] = dict(zip(["edt", "prune", "paint", "finish"], med_st))
     res["blobs_250"]["centres"] = st[0][1]
     log(f"  stages (ms): edt {med_st[0]:.2f} prune {med_st[1]:.2f} paint {med_st[2]:.2f} "
         f"finish {med_st[3]:.2f}; centres {st[0][1]}")
+    for painter in ("ball", "rows"):
+        sp = [stage_times(painter)[0][2] for _ in range(5)]
+        res["blobs_250"][f"paint_ms_{painter}"] = statistics.median(sp)
+        log(f"  paint stage, painter {painter!r}: {statistics.median(sp):.2f} ms")
 
     # The alternative painter ("rows": sparse table of row spans), same input, same run.
-    G.PAINT = "rows"
-    rows_equal = bool((T.local_thickness(phase) == lt).all())
-    tr = cuda_time(lambda: T.local_thickness(phase), min(args.calls, 30))
-    G.PAINT = "ball"
-    res["blobs_250"]["rows_painter"] = {"median_s": statistics.median(tr),
-                                        "max_over_median": max(tr) / statistics.median(tr),
-                                        "equals_ball_painter": rows_equal}
-    log(f"  250^3 blobs, painter 'rows': median {statistics.median(tr) * 1e3:.2f} ms "
-        f"(equal to 'ball': {rows_equal})")
+    default_painter = G.PAINT
+    for painter in ("ball", "rows"):
+        if painter == default_painter:
+            continue
+        G.PAINT = painter
+        same = bool((T.local_thickness(phase) == lt).all())
+        for _ in range(3):
+            T.local_thickness(phase)
+        cp.cuda.Device().synchronize()
+        p0 = pool.total_bytes()
+        tr = cuda_time(lambda: T.local_thickness(phase), args.calls, warm=0)
+        cp.cuda.Device().synchronize()
+        p1 = pool.total_bytes()
+        G.PAINT = default_painter
+        m = statistics.median(tr)
+        res["blobs_250"][f"{painter}_painter"] = {
+            "median_s": m, "min_s": min(tr), "max_s": max(tr), "max_over_median": max(tr) / m,
+            "pool_bytes_before": p0, "pool_bytes_after": p1,
+            f"equals_{default_painter}_painter": same}
+        log(f"  250^3 blobs, painter {painter!r}: median {m * 1e3:.2f} ms over {len(tr)} calls, "
+            f"max/median {max(tr) / m:.3f}, pool {p0} -> {p1} B "
+            f"(equal to {default_painter!r}: {same})")
 
     # Baselines, same run.
     exact = lt.get()
@@ -240,16 +258,21 @@ def bench_gpu(args, log):
         res["blobs_800x800x200"] = {"median_s": statistics.median(tb), "times_s": tb,
                                     "r_max": T.max_inscribed_radius(big),
                                     "peak_pool_bytes": pool.total_bytes()}
-        log(f"  800x800x200 blobs: median {statistics.median(tb) * 1e3:.1f} ms")
+        log(f"  800x800x200 blobs, painter {default_painter!r}: median "
+            f"{statistics.median(tb) * 1e3:.1f} ms")
         ref = T.local_thickness(big)
-        G.PAINT = "rows"
-        tb = cuda_time(lambda: T.local_thickness(big), 3, warm=1)
-        same = bool((T.local_thickness(big) == ref).all())
-        G.PAINT = "ball"
-        res["blobs_800x800x200"]["rows_painter"] = {"median_s": statistics.median(tb),
-                                                    "times_s": tb, "equals_ball_painter": same}
-        log(f"  800x800x200 blobs, painter 'rows': median {statistics.median(tb) * 1e3:.1f} ms "
-            f"(equal to 'ball': {same})")
+        for painter in ("ball", "rows"):
+            if painter == default_painter:
+                continue
+            G.PAINT = painter
+            tb = cuda_time(lambda: T.local_thickness(big), 3, warm=1)
+            same = bool((T.local_thickness(big) == ref).all())
+            G.PAINT = default_painter
+            res["blobs_800x800x200"][f"{painter}_painter"] = {
+                "median_s": statistics.median(tb), "times_s": tb,
+                f"equals_{default_painter}_painter": same}
+            log(f"  800x800x200 blobs, painter {painter!r}: median "
+                f"{statistics.median(tb) * 1e3:.1f} ms (equal to {default_painter!r}: {same})")
         del big
     return res
 

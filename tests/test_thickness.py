@@ -255,3 +255,19 @@ def test_bad_inputs_name_the_argument():
 def test_public_exports():
     assert volsweep.local_thickness is T.local_thickness
     assert volsweep.thickness_distribution is T.thickness_distribution
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.1, 1.3)])
+def test_cpu_painters_agree(spacing):
+    # "uf" (decreasing D2, union-find rows) is opt-in; it must equal the default "table".
+    phase = blobs((30, 26, 37), sigma=2.5, seed=11)
+    d2 = CPU.edt_sq(phase, spacing)
+    cand = CPU.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0)
+    a = CPU.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="table")
+    b = CPU.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="uf")
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    lo, hi = (3, 5, 7), (20, 19, 30)
+    a = CPU.paint(d2, cand, spacing, lo, hi, method="table")
+    b = CPU.paint(d2, cand, spacing, lo, hi, method="uf")
+    np.testing.assert_array_equal(a[0], b[0])

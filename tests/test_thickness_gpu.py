@@ -238,9 +238,13 @@ def test_gpu_chunked_equals_whole():
 
 
 @pytest.mark.gpu
-def test_gpu_repeated_calls_no_memory_growth():
+@pytest.mark.parametrize("painter", ["ball", "rows"])
+def test_gpu_repeated_calls_no_memory_growth(painter, monkeypatch):
     import cupy as cp
 
+    from volsweep import _thickness_gpu as G
+
+    monkeypatch.setattr(G, "PAINT", painter)
     phase = cp.asarray(blobs((64, 64, 64), sigma=3.0, seed=6))
     first = T.local_thickness(phase)
     for _ in range(3):  # warm-up: the pool settles once the caller holds one result

@@ -318,9 +318,162 @@ def _kernels():
                         M[oj, 0, pos] = 0
         return out
 
+    @njit(cache=True)
+    def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
+        # Centres in decreasing rank (counting sort), then bucketed by the slabs of g output
+        # planes their ball reaches (stable: every slab's list stays in decreasing rank).
+        n = ranks.size
+        cnt = np.zeros(nvals + 2, np.int64)
+        for m in range(n):
+            cnt[ranks[m]] += 1
+        pos = np.empty(nvals + 2, np.int64)
+        s = 0
+        for r in range(nvals + 1, -1, -1):
+            pos[r] = s
+            s += cnt[r]
+        order = np.empty(n, np.int64)
+        for m in range(n):
+            r = ranks[m]
+            order[pos[r]] = m
+            pos[r] += 1
+        nslab = (hi0 - lo0 + g - 1) // g
+        ext = np.empty(n, np.int64)
+        start = np.zeros(nslab + 1, np.int64)
+        for m in range(n):
+            h = half(0.0, r2s[m], sx)
+            ext[m] = h
+            if h < 0:
+                continue
+            a = max(ci[m] - h, lo0)
+            b = min(ci[m] + h, hi0 - 1)
+            if a > b:
+                continue
+            for sl in range((a - lo0) // g, (b - lo0) // g + 1):
+                start[sl + 1] += 1
+        for sl in range(nslab):
+            start[sl + 1] += start[sl]
+        fill = start[:-1].copy()
+        lists = np.empty(start[nslab], np.int64)
+        for t in range(n):
+            m = order[t]
+            h = ext[m]
+            if h < 0:
+                continue
+            a = max(ci[m] - h, lo0)
+            b = min(ci[m] + h, hi0 - 1)
+            if a > b:
+                continue
+            for sl in range((a - lo0) // g, (b - lo0) // g + 1):
+                lists[fill[sl]] = m
+                fill[sl] += 1
+        return start, lists, ext
+
+    @njit(cache=True, inline="always")
+    def find(nx, a, b, x):
+        # Root of x in row (a, b): the first unassigned voxel >= x (path halving).
+        while True:
+            y = nx[a, b, x]
+            if y == x:
+                return x
+            z = nx[a, b, y]
+            nx[a, b, x] = z
+            x = z
+
+    @njit(cache=True, inline="always")
+    def assign(nx, out, cnt, oi, a, b, l, r, rank):
+        # Give every still unassigned voxel of [l, r] in row b of plane a the value rank;
+        # cnt counts the unassigned phase voxels of each (4 rows x 8 voxels) tile.
+        x = find(nx, a, b, l)
+        if x > r:
+            return
+        bt = b >> 2
+        while x <= r:
+            out[oi, b, x] = rank
+            cnt[a, bt, x >> 3] -= 1
+            nx[a, b, x] = x + 1
+            x = find(nx, a, b, x + 1)
+        nx[a, b, l] = x
+
+    @njit(cache=True, parallel=True)
+    def paint_uf(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2,
+                 hi0, hi1, hi2, g, d2, out):
+        # Balls in decreasing rank, per slab of g output planes: the first ball to reach a
+        # voxel has the largest rank among those covering it, so each row keeps "the next
+        # unassigned voxel" (a union-find with path halving) and every voxel is written
+        # once.  Tiles of 4 rows x 8 voxels count their unassigned phase voxels: a band of
+        # up to 4 rows of a ball's disc whose widest chord lies in full tiles is skipped
+        # whole (balls lie inside the phase, so they never need a background voxel).
+        m0, m1, m2 = out.shape
+        nslab = start.size - 1
+        nbj = (m1 + 3) >> 2
+        nbk = (m2 + 7) >> 3
+        for sl in prange(nslab):
+            p0 = lo0 + sl * g
+            p1 = min(p0 + g, hi0)
+            nx = np.empty((p1 - p0, m1, m2 + 1), np.int32)
+            cnt = np.zeros((p1 - p0, nbj, nbk), np.int32)
+            for a in range(p1 - p0):
+                for b in range(m1):
+                    for x in range(m2 + 1):
+                        nx[a, b, x] = x
+                    for x in range(m2):
+                        if d2[p0 + a, lo1 + b, lo2 + x] > 0.0:
+                            cnt[a, b >> 2, x >> 3] += 1
+            for t in range(start[sl], start[sl + 1]):
+                m = lists[t]
+                r2 = r2s[m]
+                ic = ci[m]
+                j0 = cj[m]
+                k0 = ck[m]
+                rank = ranks[m]
+                h = ext[m]
+                for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
+                    x = (i - ic) * sx
+                    aa = x * x
+                    if not aa < r2:
+                        continue
+                    a = i - p0
+                    oi = i - lo0
+                    hj = half(aa, r2, sy)
+                    ja = max(j0 - hj, lo1) - lo1
+                    jb = min(j0 + hj, hi1 - 1) - lo1
+                    if ja > jb:
+                        continue
+                    jc = j0 - lo1
+                    for bt in range(ja >> 2, (jb >> 2) + 1):
+                        ra = max(bt << 2, ja)
+                        rb = min((bt << 2) + 3, jb)
+                        # the band's row nearest the centre holds its widest chord
+                        rn = min(max(jc, ra), rb)
+                        y = (rn - jc) * sy
+                        hk = half(aa + y * y, r2, sz)
+                        if hk < 0:
+                            continue
+                        lft = max(k0 - hk, lo2) - lo2
+                        rgt = min(k0 + hk, hi2 - 1) - lo2
+                        if lft > rgt:
+                            continue
+                        full = True
+                        for q in range(lft >> 3, (rgt >> 3) + 1):
+                            if cnt[a, bt, q] != 0:
+                                full = False
+                                break
+                        if full:
+                            continue
+                        for b in range(ra, rb + 1):
+                            y = (b - jc) * sy
+                            hk = half(aa + y * y, r2, sz)
+                            if hk < 0:
+                                continue
+                            lft = max(k0 - hk, lo2) - lo2
+                            rgt = min(k0 + hk, hi2 - 1) - lo2
+                            if lft <= rgt:
+                                assign(nx, out, cnt, oi, a, b, lft, rgt, rank)
+        return out
+
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return {"edt_axis0": edt_axis0, "edt_axis1": edt_axis1, "edt_axis2": edt_axis2,
-            "prune": prune, "paint": paint}
+            "prune": prune, "paint": paint, "slab_lists": slab_lists, "paint_uf": paint_uf}
 
 
 def is_integer_spacing(spacing) -> bool:
@@ -332,14 +485,16 @@ def edt_sq(phase: np.ndarray, spacing, *, method: str = "auto") -> np.ndarray:
 
     Background voxels get 0; without any background in the array every voxel is ``inf``.
     ``method="edt"`` uses the edt package (exact only at integer spacing with
-    values below 2**24, so ``"auto"`` uses it only then); ``"numba"`` the
-    canonical separable passes of this module.
+    values below 2**24); ``"numba"`` (what ``"auto"`` picks) the canonical
+    separable passes of this module.
     """
     phase = np.ascontiguousarray(phase, dtype=bool)
     sx, sy, sz = (float(s) for s in spacing)
     bound = sum((n * s) ** 2 for n, s in zip(phase.shape, (sx, sy, sz)))
     if method == "auto":
-        method = "edt" if (is_integer_spacing(spacing) and bound < _F32_EXACT) else "numba"
+        # The numba passes are exact at every spacing, and on a 2-core machine they took
+        # 0.59-0.76 s of CPU at 250^3 against 1.03-1.13 s for edt (plus its float64 copy).
+        method = "numba"
     if not (~phase).any():
         return np.full(phase.shape, np.inf)
     if method == "edt":
@@ -371,12 +526,21 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     return np.flatnonzero(mask)
 
 
-def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi):
+# Which painter ``paint`` uses: "uf" (balls in decreasing D2, each row a union-find of
+# unassigned voxels, every voxel written once) or "table" (the earlier sparse table of
+# power-of-two spans, all balls in any order, pushed down per plane).  Same result.
+PAINT = "table"
+
+
+def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None):
     """Rank map (uint32) of the box [lo, hi) and the sorted distinct D2 values it indexes.
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
     ``values[r - 1]``; 0 = not covered.
     """
+    method = PAINT if method is None else method
+    if method not in ("uf", "table"):
+        raise ValueError(f"method must be 'uf' or 'table', got method={method!r}")
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
@@ -391,6 +555,13 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi):
     cj, ck = np.divmod(rem, n2)
     rx = int(math.sqrt(float(values[-1])) / sx) + 2
     # rowstart[ic * n1 + jc]: first candidate of row (ic, jc) (candidates are sorted).
+    if method == "uf":
+        g = max(1, min(16, (1 << 20) // max(1, 4 * shape[1] * (shape[2] + 1))))
+        start, lists, ext = k["slab_lists"](ci, r2s, ranks, values.size, sx, int(box_lo[0]),
+                                            int(box_hi[0]), g)
+        k["paint_uf"](start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,
+                      *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, d2, out)
+        return out, values
     rowstart = np.searchsorted(cand, np.arange(n0 * n1 + 1, dtype=np.int64) * n2)
     k["paint"](rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], rx, 4 * _threads(), out)
