@@ -52,7 +52,7 @@ def test_slurm_profile_requests():
         res = set_res[rule]
         assert res["gpu"] == 1, rule
         assert isinstance(res["cpus_per_gpu"], int) and res["cpus_per_gpu"] >= 1, rule
-        assert isinstance(res["mem_mb"], int) and isinstance(res["runtime"], int), rule
+        assert isinstance(res["runtime"], int) and isinstance(res.get("mem_mb", 0), int), rule
         assert res["slurm_partition"], rule
     for rule, res in set_res.items():  # CPU rules ask for no GPU
         assert rule in GPU_RULES or "gpu" not in res, rule
@@ -123,14 +123,14 @@ def test_gpu_job_gets_its_gpu_from_slurm(slurm, tmp_path):
 
 
 def _slurm_jobs(slurm):
-    """(partition, tres-per-job, comment) of every job SLURM still remembers."""
+    """Partition, GPUs, memory, state and comment of every job SLURM still remembers."""
     out = slurm.run("squeue", "-h", "-t", "all", "-O",
-                    "JobID:12,Partition:16,tres-per-job:40,State:16,Comment:200")
+                    "JobID:12,Partition:16,tres-per-job:40,MinMemory:16,State:16,Comment:200")
     rows = []
     for line in out.stdout.splitlines():
-        job_id, partition, tres, state, comment = line.split(None, 4)
-        rows.append({"id": job_id, "partition": partition, "tres": tres, "state": state,
-                     "comment": comment.strip()})
+        job_id, partition, tres, mem, state, comment = line.split(None, 5)
+        rows.append({"id": job_id, "partition": partition, "tres": tres, "mem": mem,
+                     "state": state, "comment": comment.strip()})
     return rows
 
 
@@ -210,6 +210,7 @@ def test_workflow_on_slurm_equals_local(slurm, tmp_path):
     jobs = [j for j in _slurm_jobs(slurm) if j["comment"].startswith("rule_")]
     assert jobs and all(j["state"] == "COMPLETED" for j in jobs), jobs
     for job in jobs:
+        assert job["mem"][0].isdigit() and int(job["mem"].rstrip("MGK")) > 0, job  # --mem
         if any(rule in job["comment"] for rule in GPU_RULES):
             assert job["partition"] == "gpu" and job["tres"].endswith("gpu:1"), job
         else:

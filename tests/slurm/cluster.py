@@ -15,6 +15,7 @@ read with ``squeue``, which keeps finished jobs for ``MinJobAge`` seconds.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import re
@@ -41,6 +42,9 @@ SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 CLIENT_CONF = Path("/run/slurm/conf/slurm.conf")
 
 
+# One test cluster per machine at a time: two would share munged and CLIENT_CONF (and
+# each would stop or overwrite the other's). A second test run waits on this lock.
+MACHINE_LOCK = Path("/run/volsweep-slurm-test.lock")
 CONF_HEADER = "# Written by tests/slurm/cluster.py: a one-node test cluster.\n"
 
 
@@ -302,11 +306,35 @@ NodeName={name} NodeAddr=127.0.0.1 {node} RealMemory={real_memory}{gres} State=U
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
         ensure_installed()
+        self._lock_machine()
         try:
             return self._start(timeout)
         except BaseException:
             self.stop()
             raise
+
+    def _lock_machine(self, timeout=1800):
+        fd = os.open(MACHINE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise SlurmUnavailable(f"another SLURM test cluster held {MACHINE_LOCK} "
+                                           f"for {timeout} s") from None
+                time.sleep(1)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {self.workdir}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock_machine(self):
+        fd = getattr(self, "_lock_fd", None)
+        if fd is not None:
+            os.close(fd)  # releases the flock
+            self._lock_fd = None
 
     def _start(self, timeout):
         self._start_munge()
@@ -345,6 +373,7 @@ NodeName={name} NodeAddr=127.0.0.1 {node} RealMemory={real_memory}{gres} State=U
         for name in ("slurmd", "slurmctld", "munged"):
             _stop(self.procs.pop(name, None), name)
         self._remove_client_config()
+        self._unlock_machine()
 
     def wait_job(self, job_id, timeout=120):
         """Poll squeue until job ``job_id`` is finished; return its final state."""
