@@ -12,9 +12,12 @@ bit-identical results:
    non-cubic inputs to a cube and returns rooted, not squared, distances.
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
    (exact table test, ``_thickness_cpu.prune_table``).
-3. ``lt_paint``: one warp per surviving centre paints its ball row by row with
-   ``atomicMax`` of the centre's rank among the distinct D2 values (uint32);
-   ``finish`` maps ranks back to 2*sqrt(D2) through a lookup table.
+3. ``lt_paint_rows`` (default): one warp per surviving centre, lanes over the rows of
+   each plane slice of its ball; every row span becomes two ``atomicMax`` of the
+   centre's rank among the distinct D2 values (uint32) into a sparse table of
+   power-of-two spans, pushed down by ``lt_pushdown``.  ``lt_paint`` ("ball") writes
+   every ball voxel instead.  ``finish`` maps ranks back to 2*sqrt(D2) through a
+   lookup table.
 
 Module-level state (compiled module, pruning tables) lives for the process: no
 per-call compilation, and the tables only grow when a larger radius is seen.
@@ -394,22 +397,36 @@ def _finite_max(d2):
     return _finite_max_kernel()(d2)
 
 
-# Which painter ``paint`` uses: "ball" (one write per ball voxel, coalesced; measured on an
-# H200: 28 ms of the 31 ms per 250^3 call, 2.45 s at 800x800x200) or "rows" (two atomics
-# per ball row into a sparse table, then a push-down; exact too, same result, not yet
-# timed on a GPU: see benchmarks/NOTES_thickness.md).
-PAINT = "ball"
+# Which painter ``paint`` uses: "rows" (two atomics per ball row into a sparse table of
+# power-of-two spans, then a push-down) or "ball" (one write per ball voxel).  Same
+# result.  Measured on an H200 (benchmarks/NOTES_thickness.md): "rows" 12.5 ms per 250^3
+# call against 31.1 ms, 0.24 s at 800x800x200 against 2.45 s.  "rows" needs a table of
+# (floor(log2(m2)) + 1) uint32 volumes; when that exceeds half the free device memory
+# (small GPUs, big chunks) the default falls back to "ball".
+PAINT = "rows"
+
+
+def _rows_fit(nbytes: int) -> bool:
+    import cupy as cp
+
+    free = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
+    return nbytes <= 0.5 * free
 
 
 def paint(d2, cand, spacing, box_lo, box_hi, method=None):
     """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes."""
     import cupy as cp
 
+    auto = method is None
     method = PAINT if method is None else method
     if method not in ("ball", "rows"):
         raise ValueError(f"method must be 'ball' or 'rows', got method={method!r}")
 
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
+    if auto and method == "rows":
+        nlev = max(0, shape[2].bit_length() - 1) + 1
+        if not _rows_fit(4 * nlev * math.prod(shape)):
+            method = "ball"
     out = cp.zeros(shape, cp.uint32)
     r2s = d2.ravel()[cand]
     values = cp.unique(r2s)
