@@ -25,7 +25,8 @@ ORIENTATION_BLOCK_OUTPUT = (
 REPORT = config["report"]
 USES_GPU = 0 if config["device"] == "cpu" else 1
 MB = 2**20
-RETRIES = 2  # heavy rules: a transient failure (node, OOM) is retried with mem_mb x attempt
+RETRIES = 2  # compute rules: a transient failure (node, OOM) is retried with mem_mb x attempt; not
+# ingest, whose failures are bad input (retrying would only repeat the error)
 
 
 wildcard_constraints:

@@ -15,7 +15,6 @@ rule ingest:
         "logs/{vol}/ingest.log",
     benchmark:
         "logs/{vol}/ingest.benchmark.tsv"
-    retries: RETRIES
     resources:
         mem_mb=lambda wildcards, attempt: attempt * int(2 * config["memory_budget_mb"] + 256),
     conda:
