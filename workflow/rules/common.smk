@@ -1,6 +1,7 @@
 # Shared definitions and input functions: volumes, parameter blocks, thickness chunks.
 import re
 
+from volsweep.backend import cuda_available
 from volsweep.config import angle_values, sweep_blocks, volume_entries
 from volsweep.io.readers import source_shape
 from volsweep.pipeline import provenance
@@ -23,7 +24,7 @@ ORIENTATION_BLOCK_OUTPUT = (
     else {}
 )
 REPORT = config["report"]
-USES_GPU = 0 if config["device"] == "cpu" else 1
+USES_GPU = int(config["device"] == "cuda" or (config["device"] == "auto" and cuda_available()))
 MB = 2**20
 RETRIES = 2  # compute rules: a transient failure (node, OOM) is retried with mem_mb x attempt; not
 # ingest, whose failures are bad input (retrying would only repeat the error)
