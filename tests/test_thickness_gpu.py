@@ -257,3 +257,16 @@ def test_gpu_repeated_calls_no_memory_growth(painter, monkeypatch):
     cp.cuda.Device().synchronize()
     assert pool.total_bytes() <= held
     assert bool((again == first).all())
+
+
+@pytest.mark.gpu
+def test_gpu_falls_back_to_ball_painter_when_rows_table_does_not_fit(monkeypatch):
+    import cupy as cp
+
+    from volsweep import _thickness_gpu as GPU
+
+    phase = blobs((29, 23, 31), seed=5)
+    expected = T.local_thickness(phase, spacing=(1, 2, 1), device="cpu")
+    monkeypatch.setattr(GPU, "_rows_fit", lambda nbytes: False)
+    got = T.local_thickness(cp.asarray(phase), spacing=(1, 2, 1), device="cuda")
+    np.testing.assert_array_equal(cp.asnumpy(got), expected)
