@@ -1,0 +1,442 @@
+"""numba kernels of exact local thickness, at module level so numba's disk cache finds them.
+
+Imported lazily by :mod:`volsweep._thickness_cpu` (the GPU path needs no numba).
+"""
+
+import math
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, parallel=True)
+def edt_axis0(phase, sx, out):
+    # Two scans along axis 0 per (j, k) line: distance to the nearest background
+    # voxel in index units, then the canonical first term (t*sx)*(t*sx).
+    n0, n1, n2 = phase.shape
+    inf = np.inf
+    for j in prange(n1):
+        last = np.full(n2, -1, np.int64)
+        for i in range(n0):
+            for k in range(n2):
+                if not phase[i, j, k]:
+                    last[k] = i
+                out[i, j, k] = inf if last[k] < 0 else float(i - last[k])
+        nxt = np.full(n2, -1, np.int64)
+        for i in range(n0 - 1, -1, -1):
+            for k in range(n2):
+                if not phase[i, j, k]:
+                    nxt[k] = i
+                t = out[i, j, k]
+                if nxt[k] >= 0 and float(nxt[k] - i) < t:
+                    t = float(nxt[k] - i)
+                if t != inf:
+                    ts = t * sx
+                    t = ts * ts
+                out[i, j, k] = t
+    return out
+
+@njit(cache=True, parallel=True)
+def edt_axis1(fin, sy, out):
+    n0, n1, n2 = fin.shape
+    for i in prange(n0):
+        for j in range(n1):
+            for k in range(n2):
+                best = fin[i, j, k]
+                t = 1
+                while True:
+                    ts = t * sy
+                    c = ts * ts
+                    if c >= best:
+                        break
+                    any_ = False
+                    if j - t >= 0:
+                        v = fin[i, j - t, k] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if j + t < n1:
+                        v = fin[i, j + t, k] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if not any_:
+                        break
+                    t += 1
+                out[i, j, k] = best
+    return out
+
+@njit(cache=True, parallel=True)
+def edt_axis2(fin, sz, out):
+    n0, n1, n2 = fin.shape
+    for i in prange(n0):
+        for j in range(n1):
+            for k in range(n2):
+                best = fin[i, j, k]
+                t = 1
+                while True:
+                    ts = t * sz
+                    c = ts * ts
+                    if c >= best:
+                        break
+                    any_ = False
+                    if k - t >= 0:
+                        v = fin[i, j, k - t] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if k + t < n2:
+                        v = fin[i, j, k + t] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if not any_:
+                        break
+                    t += 1
+                out[i, j, k] = best
+    return out
+
+@njit(cache=True, parallel=True)
+def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
+          out):
+    # out[p] = 1 for the centres kept: D(p) > 0, within r2keep of the box [lo, hi),
+    # and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap the
+    # test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
+    # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
+    # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.
+    n0, n1, n2 = d2.shape
+    for i in prange(n0):
+        gi = 0
+        if i < lo0:
+            gi = lo0 - i
+        elif i >= hi0:
+            gi = i - hi0 + 1
+        for j in range(n1):
+            gj = 0
+            if j < lo1:
+                gj = lo1 - j
+            elif j >= hi1:
+                gj = j - hi1 + 1
+            for k in range(n2):
+                out[i, j, k] = 0
+                a = d2[i, j, k]
+                if not a > 0.0:
+                    continue
+                gk = 0
+                if k < lo2:
+                    gk = lo2 - k
+                elif k >= hi2:
+                    gk = k - hi2 + 1
+                x = gi * sx
+                y = gj * sy
+                z = gk * sz
+                g = (x * x + y * y) + z * z
+                if not g < r2keep:
+                    continue
+                keep = True
+                if a != np.inf:
+                    lev = -1
+                    if a < r2cap:
+                        lev = np.searchsorted(levels, a, side="left") - 1
+                    for di in range(-1, 2):
+                        ii = i + di
+                        if ii < 0 or ii >= n0:
+                            continue
+                        for dj in range(-1, 2):
+                            jj = j + dj
+                            if jj < 0 or jj >= n1:
+                                continue
+                            for dk in range(-1, 2):
+                                kk = k + dk
+                                if kk < 0 or kk >= n2 or (di == 0 and dj == 0 and dk == 0):
+                                    continue
+                                b = d2[ii, jj, kk]
+                                if b == np.inf:
+                                    continue
+                                if lev >= 0:
+                                    et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
+                                    if b > need[et, lev]:
+                                        keep = False
+                                        break
+                                    continue
+                                x = di * sx
+                                y = dj * sy
+                                z = dk * sz
+                                c = (x * x + y * y) + z * z
+                                if b >= c:
+                                    el = (b + c) - a
+                                    if el >= 0.0 and el * el >= 4.0 * b * c * (1.0 + eps):
+                                        keep = False
+                                        break
+                            if not keep:
+                                break
+                        if not keep:
+                            break
+                if keep:
+                    out[i, j, k] = 1
+    return out
+
+@njit(cache=True, inline="always")
+def half(base, r2, s):
+    # Largest h >= 0 with base + (h*s)*(h*s) < r2, or -1.
+    rem = r2 - base
+    if not rem > 0.0:
+        return -1
+    h = int(math.sqrt(rem) / s)
+    while True:
+        t = (h + 1) * s
+        if base + t * t < r2:
+            h += 1
+        else:
+            break
+    while h >= 0:
+        t = h * s
+        if base + t * t < r2:
+            break
+        h -= 1
+    return h
+
+@njit(cache=True, inline="always")
+def shrink(h, base, r2, s):
+    # Largest h' <= h with base + (h'*s)^2 < r2 (monotone: callers pass an upper bound).
+    while h >= 0:
+        t = h * s
+        if base + t * t < r2:
+            break
+        h -= 1
+    return h
+
+@njit(cache=True, inline="always")
+def chmax(M, oj, q, pos, rank):
+    v = M[oj, q, pos]
+    M[oj, q, pos] = v if v > rank else rank  # branchless (select)
+
+@njit(cache=True, parallel=True)
+def paint(rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2,
+          rx, ngroups, out):
+    # out (shape hi - lo) = max rank of the candidate balls covering each voxel.
+    # One output plane per task: every ball row crossing it, a span [l, r] of axis 2,
+    # is two writes into a sparse table (levels of power-of-two lengths, "range
+    # chmax"), pushed down once per plane.  Half-widths shrink monotonically with
+    # |dj|, so a row costs a few comparisons; no sqrt per row.
+    m0, m1, m2 = out.shape
+    nq = 0
+    while (2 << nq) <= m2:
+        nq += 1
+    ngroups = min(m0, ngroups)
+    lg = np.zeros(m2 + 2, np.int64)
+    for ln in range(2, m2 + 2):
+        lg[ln] = lg[ln // 2] + 1
+    for g in prange(ngroups):
+        # One sparse table per worker, cleared as it is pushed down.
+        M = np.zeros((m1, nq + 1, m2), np.uint32)
+        for oi in range((m0 * g) // ngroups, (m0 * (g + 1)) // ngroups):
+            i = lo0 + oi
+            # Centres in row order (merged over the source planes i - rx .. i + rx) so
+            # the rows of M being written stay in cache.
+            ilo = max(i - rx, 0)
+            ihi = min(i + rx, n0 - 1)
+            for jc in range(n1):
+                for ic in range(ilo, ihi + 1):
+                    for m in range(rowstart[ic * n1 + jc], rowstart[ic * n1 + jc + 1]):
+                      r2 = r2s[m]
+                      x = (i - ic) * sx
+                      aa = x * x
+                      if not aa < r2:
+                          continue
+                      j0 = cj[m]
+                      k0 = ck[m]
+                      rank = ranks[m]
+                      hj = half(aa, r2, sy)
+                      hk = half(aa, r2, sz)
+                      for adj in range(0, hj + 1):
+                          y = adj * sy
+                          ab = aa + y * y
+                          hk = shrink(hk, ab, r2, sz)
+                          if hk < 0:
+                              break
+                          lft = max(k0 - hk, lo2) - lo2
+                          rgt = min(k0 + hk, hi2 - 1) - lo2
+                          if lft > rgt:
+                              continue
+                          ln = rgt - lft + 1
+                          q = lg[ln]
+                          p2 = rgt - (1 << q) + 1
+                          jj = j0 + adj
+                          if jj >= lo1 and jj < hi1:
+                              chmax(M, jj - lo1, q, lft, rank)
+                              chmax(M, jj - lo1, q, p2, rank)
+                          if adj > 0:
+                              jj = j0 - adj
+                              if jj >= lo1 and jj < hi1:
+                                  chmax(M, jj - lo1, q, lft, rank)
+                                  chmax(M, jj - lo1, q, p2, rank)
+            for oj in range(m1):
+                for q in range(nq, 0, -1):
+                    hq = 1 << (q - 1)
+                    for pos in range(m2 - (1 << q) + 1):
+                        v = M[oj, q, pos]
+                        if v:
+                            M[oj, q, pos] = 0
+                            if M[oj, q - 1, pos] < v:
+                                M[oj, q - 1, pos] = v
+                            if M[oj, q - 1, pos + hq] < v:
+                                M[oj, q - 1, pos + hq] = v
+                for pos in range(m2):
+                    out[oi, oj, pos] = M[oj, 0, pos]
+                    M[oj, 0, pos] = 0
+    return out
+
+@njit(cache=True)
+def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
+    # Centres in decreasing rank (counting sort), then bucketed by the slabs of g output
+    # planes their ball reaches (stable: every slab's list stays in decreasing rank).
+    n = ranks.size
+    cnt = np.zeros(nvals + 2, np.int64)
+    for m in range(n):
+        cnt[ranks[m]] += 1
+    pos = np.empty(nvals + 2, np.int64)
+    s = 0
+    for r in range(nvals + 1, -1, -1):
+        pos[r] = s
+        s += cnt[r]
+    order = np.empty(n, np.int64)
+    for m in range(n):
+        r = ranks[m]
+        order[pos[r]] = m
+        pos[r] += 1
+    nslab = (hi0 - lo0 + g - 1) // g
+    ext = np.empty(n, np.int64)
+    start = np.zeros(nslab + 1, np.int64)
+    for m in range(n):
+        h = half(0.0, r2s[m], sx)
+        ext[m] = h
+        if h < 0:
+            continue
+        a = max(ci[m] - h, lo0)
+        b = min(ci[m] + h, hi0 - 1)
+        if a > b:
+            continue
+        for sl in range((a - lo0) // g, (b - lo0) // g + 1):
+            start[sl + 1] += 1
+    for sl in range(nslab):
+        start[sl + 1] += start[sl]
+    fill = start[:-1].copy()
+    lists = np.empty(start[nslab], np.int64)
+    for t in range(n):
+        m = order[t]
+        h = ext[m]
+        if h < 0:
+            continue
+        a = max(ci[m] - h, lo0)
+        b = min(ci[m] + h, hi0 - 1)
+        if a > b:
+            continue
+        for sl in range((a - lo0) // g, (b - lo0) // g + 1):
+            lists[fill[sl]] = m
+            fill[sl] += 1
+    return start, lists, ext
+
+@njit(cache=True, inline="always")
+def find(nx, a, b, x):
+    # Root of x in row (a, b): the first unassigned voxel >= x (path halving).
+    while True:
+        y = nx[a, b, x]
+        if y == x:
+            return x
+        z = nx[a, b, y]
+        nx[a, b, x] = z
+        x = z
+
+@njit(cache=True, inline="always")
+def assign(nx, out, cnt, oi, a, b, l, r, rank):
+    # Give every still unassigned voxel of [l, r] in row b of plane a the value rank;
+    # cnt counts the unassigned phase voxels of each (4 rows x 8 voxels) tile.
+    x = find(nx, a, b, l)
+    if x > r:
+        return
+    bt = b >> 2
+    while x <= r:
+        out[oi, b, x] = rank
+        cnt[a, bt, x >> 3] -= 1
+        nx[a, b, x] = x + 1
+        x = find(nx, a, b, x + 1)
+    nx[a, b, l] = x
+
+@njit(cache=True, parallel=True)
+def paint_uf(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2,
+             hi0, hi1, hi2, g, d2, out):
+    # Balls in decreasing rank, per slab of g output planes: the first ball to reach a
+    # voxel has the largest rank among those covering it, so each row keeps "the next
+    # unassigned voxel" (a union-find with path halving) and every voxel is written
+    # once.  Tiles of 4 rows x 8 voxels count their unassigned phase voxels: a band of
+    # up to 4 rows of a ball's disc whose widest chord lies in full tiles is skipped
+    # whole (balls lie inside the phase, so they never need a background voxel).
+    m0, m1, m2 = out.shape
+    nslab = start.size - 1
+    nbj = (m1 + 3) >> 2
+    nbk = (m2 + 7) >> 3
+    for sl in prange(nslab):
+        p0 = lo0 + sl * g
+        p1 = min(p0 + g, hi0)
+        nx = np.empty((p1 - p0, m1, m2 + 1), np.int32)
+        cnt = np.zeros((p1 - p0, nbj, nbk), np.int32)
+        for a in range(p1 - p0):
+            for b in range(m1):
+                for x in range(m2 + 1):
+                    nx[a, b, x] = x
+                for x in range(m2):
+                    if d2[p0 + a, lo1 + b, lo2 + x] > 0.0:
+                        cnt[a, b >> 2, x >> 3] += 1
+        for t in range(start[sl], start[sl + 1]):
+            m = lists[t]
+            r2 = r2s[m]
+            ic = ci[m]
+            j0 = cj[m]
+            k0 = ck[m]
+            rank = ranks[m]
+            h = ext[m]
+            for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
+                x = (i - ic) * sx
+                aa = x * x
+                if not aa < r2:
+                    continue
+                a = i - p0
+                oi = i - lo0
+                hj = half(aa, r2, sy)
+                ja = max(j0 - hj, lo1) - lo1
+                jb = min(j0 + hj, hi1 - 1) - lo1
+                if ja > jb:
+                    continue
+                jc = j0 - lo1
+                for bt in range(ja >> 2, (jb >> 2) + 1):
+                    ra = max(bt << 2, ja)
+                    rb = min((bt << 2) + 3, jb)
+                    # the band's row nearest the centre holds its widest chord
+                    rn = min(max(jc, ra), rb)
+                    y = (rn - jc) * sy
+                    hk = half(aa + y * y, r2, sz)
+                    if hk < 0:
+                        continue
+                    lft = max(k0 - hk, lo2) - lo2
+                    rgt = min(k0 + hk, hi2 - 1) - lo2
+                    if lft > rgt:
+                        continue
+                    full = True
+                    for q in range(lft >> 3, (rgt >> 3) + 1):
+                        if cnt[a, bt, q] != 0:
+                            full = False
+                            break
+                    if full:
+                        continue
+                    for b in range(ra, rb + 1):
+                        y = (b - jc) * sy
+                        hk = half(aa + y * y, r2, sz)
+                        if hk < 0:
+                            continue
+                        lft = max(k0 - hk, lo2) - lo2
+                        rgt = min(k0 + hk, hi2 - 1) - lo2
+                        if lft <= rgt:
+                            assign(nx, out, cnt, oi, a, b, lft, rgt, rank)
+    return out
