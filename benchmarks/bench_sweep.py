@@ -5,6 +5,7 @@ times with CUDA events).  Usage::
 
     python benchmarks/bench_sweep.py --gpu --cpu --out results.json
     python benchmarks/bench_sweep.py --cpu --cpu-shape 128 128 128
+    python benchmarks/bench_sweep.py --gpu --parseval-only --parseval-xi 1 2 4
 
 GPU section (800×800×200 by default): per-kernel time of the sweep in ``wrap``
 and ``reflect`` over a block of ≥ 200 kernels, against the bare CuPy ``irfftn``
@@ -195,6 +196,41 @@ def bench_gpu(args, res):
         print(f"[gpu] nested loop 200^3 one step {t_nested:.2f} s; sweep {per200*1e3:.3f} ms/kernel", flush=True)
 
 
+def bench_parseval(args, res):
+    """Parseval path only (wrap; energy/std/mean; no inverse FFT), per kernel, for each ξ of
+    ``--parseval-xi``, against the bare CuPy ``irfftn`` of the same shape (same run)."""
+    import cupy as cp
+    import cupyx.scipy.fft as cfft
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    g = res.setdefault("gpu", {"device": props["name"].decode() if isinstance(props["name"], bytes)
+                               else props["name"], "cupy": cp.__version__})
+    shape = tuple(args.shape)
+    rng = np.random.default_rng(0)
+    vol = cp.asarray(rng.random(shape, dtype=np.float32))
+    theta, phi = _grid(args.kernels)
+    K = len(theta) * len(phi)
+    out = g["parseval_xi"] = {}
+    t_irfft = None
+    for xi in args.parseval_xi:
+        kw = dict(a=args.a, mode="wrap", device="cuda", progress=False, stats=("energy", "std", "mean"))
+        ds = sweep(vol, theta, phi, [xi], **kw)  # warm-up (compiles kernels)
+        assert ds.attrs["method"] == "parseval"
+        if t_irfft is None:
+            N = tuple(ds.attrs["fft_shape"])
+            spec = cp.asarray((rng.random((N[0], N[1], N[2] // 2 + 1)) + 1j).astype(np.complex64))
+            t_irfft = _gpu_time(lambda: cfft.irfftn(spec, s=N), 20)
+            del spec
+            g["parseval_irfftn_ms"] = t_irfft * 1e3
+        t = _gpu_time(lambda: sweep(vol, theta, phi, [xi], **kw), args.reps, warm=0)
+        t1 = _gpu_time(lambda: sweep(vol, theta[:1], phi[:1], [xi], **kw), args.reps, warm=0)
+        per = (t - t1) / (K - 1)
+        out[str(xi)] = dict(per_kernel_ms=per * 1e3, ratio_vs_irfftn=per / t_irfft, kernels=K,
+                            total_s=t, setup_s=t1)
+        print(f"[gpu] parseval xi={xi:g}: per-kernel {per*1e3:.4f} ms = {per/t_irfft:.3f}x irfftn "
+              f"({t_irfft*1e3:.3f} ms), {K} kernels, setup {t1*1e3:.1f} ms", flush=True)
+
+
 def _wall_cpu(fn, reps, warm=1):
     """Medians of wall time and of process CPU time (all threads): the CPU figure is the
     robust one on a shared machine (it does not count time spent waiting for a core)."""
@@ -270,12 +306,19 @@ def main(argv=None):
     p.add_argument("--xi", type=float, default=1.0)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-nested", dest="nested", action="store_false")
+    p.add_argument("--parseval-xi", type=float, nargs="+", default=None,
+                   help="also time the Parseval path (wrap; energy/std/mean) at each of these ξ")
+    p.add_argument("--parseval-only", action="store_true",
+                   help="GPU: only the --parseval-xi timings (default ξ: 1 2 4)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     res = {"command": " ".join(sys.argv), "host": platform.node()}
     try:
-        if args.gpu:
+        if args.gpu and not args.parseval_only:
             bench_gpu(args, res)
+        if args.gpu and (args.parseval_only or args.parseval_xi):
+            args.parseval_xi = args.parseval_xi or [1.0, 2.0, 4.0]
+            bench_parseval(args, res)
         if args.cpu:
             bench_cpu(args, res)
     finally:

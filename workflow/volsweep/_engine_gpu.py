@@ -22,8 +22,14 @@ from .stats import Partial
 from .tiling import read_block
 
 THREADS = 256
-#: Kernels per Parseval launch (``KB`` in the CUDA source).
-PARSEVAL_KB = 4
+#: Parseval path: kernels per launch of the general (ξ ≠ 1) kernel, its z-image pruning
+#: (0: one range per 32-frequency segment, 1: one per row), kernels per launch of the
+#: separable ξ = 1 kernel, and resident waves of blocks per launch.  Chosen on an H200
+#: with benchmarks/bench_parseval.py (NOTES_sweep.md).
+PARSEVAL_KB = 2
+PARSEVAL_MODE = 1
+PARSEVAL_ISO_KB = 8
+PARSEVAL_WAVES = 2
 #: Kernels whose per-CUDA-block partials are buffered before a device-side reduction.
 CHUNK = 256
 #: Bytes per host→device slab while filling the padded volume.
@@ -125,17 +131,31 @@ extern "C" __global__ void mul_spec(const float2* __restrict__ vhat, float2* __r
     }
 }
 
-#define KB 4
+// ---------------------------------------------------------------------------- Parseval
+// Σ_k pw(k)·K̂(k)² for KB kernels per launch, no inverse FFT.  One warp per rfft row
+// (kx, ky); lane l owns kz = kzb + 32·cc + l (cc < CH), so |V̂|² of a row is loaded once
+// and reused by the KB kernels.  Per-lane float32 sums per row, float64 across rows,
+// one fixed-shape block reduction per kernel: no atomics, deterministic.
 #define CH 4
-// Parseval: Σ pw·K̂² for up to KB kernels per launch.  One warp per rfft row (kx, ky):
-// the (ω_x, ω_y) image pairs depend on the row only, so lane p computes pair p once per
-// row and kernel (its ω_z interval), the warp reads it back by shuffles, and each lane
-// sums the terms of its own kz (CH·32 frequencies per pass).  Per-lane float64 partials,
-// one fixed-shape block reduction per kernel into part[(slot0 + q, block, 1)].
-extern "C" __global__ void parseval(const float* __restrict__ pw, double* __restrict__ part,
-                                    const float* __restrict__ prm, const int j0, const int nk,
-                                    const int slot0, const int nx, const int ny, const int nzh,
-                                    const idx_t total) {
+#define KLOG (-0.72134752044448170368f)  // −log2(e)/2: p·e^{−p/2} = (e/KLOG)·2^e, e = KLOG·p
+
+__device__ __forceinline__ float ex2a(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// General ξ.  Lanes p < npairs compute the (ω_x, ω_y) image pair p of the row once per
+// kernel: its z images with some p < p_cut in this row block are one range [lo, hi]
+// (MODE 1), or one range per 32-frequency segment cc (MODE 0, tighter).  The warp loops
+// over the union of z images (uniform bounds), and for each over the pairs that need it
+// (ballot, shuffles): every term is one full-warp FMA chain and one ex2, with no
+// per-point bounds.  The few terms beyond p_cut are terms of the exact sum (below
+// ALIAS_TOL of the peak each), so the sum is at least as complete as the pruned one.
+template <int KB, int MODE>
+__global__ void __launch_bounds__(256)
+parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const float* __restrict__ prm,
+             const int j0, const int nk, const int slot0, const int nx, const int ny, const int nzh) {
     const unsigned FULL = 0xffffffffu;
     const int lane = threadIdx.x & 31;
     const idx_t nrows = (idx_t)nx * (idx_t)ny;
@@ -149,69 +169,114 @@ extern "C" __global__ void parseval(const float* __restrict__ pw, double* __rest
         const float fx = (float)(kx >= (nx + 1) / 2 ? kx - nx : kx);
         const float fy = (float)(ky >= (ny + 1) / 2 ? ky - ny : ky);
         const float* __restrict__ prow = pw + row * (idx_t)nzh;
+        for (int kzb = 0; kzb < nzh; kzb += 32 * CH) {
+            const int ncc = min(CH, (nzh - kzb + 31) >> 5);  // warp-uniform
+            float pv[CH];
 #pragma unroll
-        for (int q = 0; q < KB; ++q) {
-            if (q < nk) {
-                const float* P = prm + NP * (j0 + q);
-                const float w0x = fx * P[0], w0y = fy * P[1], dwz = P[2], perz = P[5];
-                const float ux = P[6], uy = P[7], uz = P[8], a2 = P[9], c = P[10], pcut = P[12];
-                const float xlim = P[17], inv_alpha = P[19], scale = P[13];
-                const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
-                const float inv_perz = 1.0f / perz;
-                const int nyi = 2 * gy + 1, npairs = (2 * gx + 1) * nyi;
-                double sq = 0.0;
-                for (int kzb = 0; kzb < nzh; kzb += 32 * CH) {
-                    float acc[CH];
+            for (int cc = 0; cc < CH; ++cc) {
+                const int kz = kzb + 32 * cc + lane;
+                pv[cc] = kz < nzh ? __ldg(prow + kz) : 0.0f;
+            }
 #pragma unroll
-                    for (int cc = 0; cc < CH; ++cc) acc[cc] = 0.0f;
+            for (int q = 0; q < KB; ++q) {
+                if (q < nk) {
+                    const float* P = prm + NP * (j0 + q);
+                    const float dwz = P[2], perz = P[5], uz = P[8], a2 = P[9], c = P[10];
+                    const float pcut = P[12], xlim = P[17], inv_alpha = P[19];
+                    const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
+                    const float a2k = a2 * KLOG, ck = c * KLOG, inv_perz = 1.0f / perz;
+                    const float w0x = fx * P[0], w0y = fy * P[1];
+                    float wz0[CH], acc[CH];
+#pragma unroll
+                    for (int cc = 0; cc < CH; ++cc) {
+                        wz0[cc] = (float)(kzb + 32 * cc + lane) * dwz;
+                        acc[cc] = 0.0f;
+                    }
+                    const int nyi = 2 * gy + 1, npairs = (2 * gx + 1) * nyi;
                     for (int p0 = 0; p0 < npairs; p0 += 32) {
-                        float bxy = 0.0f, txy = 0.0f, wc = 0.0f, h = -1.0f;  // h < 0: no term
                         const int pp = p0 + lane;
+                        float b0 = 0.0f, tx = 0.0f;
+                        int lo = 0x7fffffff, hi = -0x7fffffff;  // empty
+                        int lc[CH], hc[CH];
+#pragma unroll
+                        for (int cc = 0; cc < CH; ++cc) { lc[cc] = 1; hc[cc] = 0; }
                         if (pp < npairs) {
-                            const float wx = w0x + (pp / nyi - gx) * P[3];
-                            const float wy = w0y + (pp % nyi - gy) * P[4];
-                            const float bx = wx * wx;
-                            bxy = bx + wy * wy;
-                            txy = ux * wx + uy * wy;
+                            const float wx = w0x + (float)(pp / nyi - gx) * P[3];
+                            const float wy = w0y + (float)(pp % nyi - gy) * P[4];
+                            const float bx = wx * wx, bxy = bx + wy * wy;
+                            const float txy = P[6] * wx + P[7] * wy;
                             const float rxy = pcut - a2 * bxy;
                             const float disc = a2 * (rxy - c * txy * txy) + c * uz * uz * rxy;
                             if (bx < xlim && disc > 0.0f) {
-                                wc = -c * txy * uz * inv_alpha;
-                                h = sqrtf(disc) * inv_alpha;
+                                const float wc = -c * txy * uz * inv_alpha, h = sqrtf(disc) * inv_alpha;
+                                b0 = a2k * bxy;
+                                tx = txy;
+                                if (MODE == 1) {
+                                    const float wlo = (float)kzb * dwz;
+                                    const float whi = (float)(min(nzh, kzb + 32 * CH) - 1) * dwz;
+                                    lo = max(-gz, (int)ceilf((wc - h - whi) * inv_perz));
+                                    hi = min(gz, (int)floorf((wc + h - wlo) * inv_perz));
+                                } else {
+#pragma unroll
+                                    for (int cc = 0; cc < CH; ++cc) {
+                                        if (cc < ncc) {
+                                            const float wlo = (float)(kzb + 32 * cc) * dwz;
+                                            const float whi = (float)min(nzh - 1, kzb + 32 * cc + 31) * dwz;
+                                            lc[cc] = max(-gz, (int)ceilf((wc - h - whi) * inv_perz));
+                                            hc[cc] = min(gz, (int)floorf((wc + h - wlo) * inv_perz));
+                                            if (lc[cc] <= hc[cc]) {
+                                                lo = min(lo, lc[cc]);
+                                                hi = max(hi, hc[cc]);
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
-                        const int np = min(32, npairs - p0);
-                        for (int p = 0; p < np; ++p) {
-                            const float hp = __shfl_sync(FULL, h, p);
-                            if (hp < 0.0f) continue;  // warp-uniform
-                            const float bp = __shfl_sync(FULL, bxy, p);
-                            const float tp = __shfl_sync(FULL, txy, p);
-                            const float cp = __shfl_sync(FULL, wc, p);
+                        const int izlo = __reduce_min_sync(FULL, lo <= hi ? lo : 0x7fffffff);
+                        const int izhi = __reduce_max_sync(FULL, lo <= hi ? hi : -0x7fffffff);
+                        for (int iz = izlo; iz <= izhi; ++iz) {
+                            float wz[CH], qz[CH];
 #pragma unroll
                             for (int cc = 0; cc < CH; ++cc) {
-                                const float w0z = (float)(kzb + cc * 32 + lane) * dwz;
-                                const int lo = max(-gz, (int)ceilf((cp - hp - w0z) * inv_perz));
-                                const int hi = min(gz, (int)floorf((cp + hp - w0z) * inv_perz));
-                                for (int iz = lo; iz <= hi; ++iz) {
-                                    const float wz = w0z + iz * perz;
-                                    const float b = bp + wz * wz;
-                                    const float t = tp + uz * wz;
-                                    const float pv = a2 * b + c * t * t;
-                                    acc[cc] += pv * __expf(-0.5f * pv);
+                                wz[cc] = fmaf((float)iz, perz, wz0[cc]);
+                                qz[cc] = a2k * wz[cc] * wz[cc];
+                            }
+                            int bits = 0;
+                            if (MODE == 1) {
+                                bits = (lo <= iz && iz <= hi) ? 0xf : 0;
+                            } else {
+#pragma unroll
+                                for (int cc = 0; cc < CH; ++cc)
+                                    bits |= (lc[cc] <= iz && iz <= hc[cc]) ? (1 << cc) : 0;
+                            }
+                            unsigned m = __ballot_sync(FULL, bits != 0);
+                            while (m) {
+                                const int p = __ffs(m) - 1;
+                                m &= m - 1;
+                                const float bp = __shfl_sync(FULL, b0, p);
+                                const float tp = __shfl_sync(FULL, tx, p);
+                                const int bb = MODE == 1 ? 0xf : __shfl_sync(FULL, bits, p);
+#pragma unroll
+                                for (int cc = 0; cc < CH; ++cc) {
+                                    if (cc < ncc && ((bb >> cc) & 1)) {
+                                        const float t = fmaf(uz, wz[cc], tp);
+                                        const float e = fmaf(ck * t, t, bp + qz[cc]);
+                                        acc[cc] = fmaf(e, ex2a(e), acc[cc]);
+                                    }
                                 }
                             }
                         }
                     }
+                    const float sc = P[13] * (1.0f / KLOG);
+                    float f = 0.0f;
 #pragma unroll
                     for (int cc = 0; cc < CH; ++cc) {
-                        const int kz = kzb + cc * 32 + lane;
-                        if (kz < nzh) {
-                            const float k = acc[cc] * scale;
-                            sq += (double)(prow[kz] * (k * k));
-                        }
+                        const float k = acc[cc] * sc;
+                        f = fmaf(pv[cc], k * k, f);
                     }
+                    s[q] += (double)f;
                 }
-                s[q] += sq;
             }
         }
     }
@@ -220,6 +285,63 @@ extern "C" __global__ void parseval(const float* __restrict__ pw, double* __rest
         if (q < nk) {
             block_reduce4(0.0, s[q], 0.0f, 0.0f, part + 4 * ((idx_t)(slot0 + q) * gridDim.x + blockIdx.x));
             __syncthreads();  // block_reduce4's shared arrays are reused by the next kernel
+        }
+    }
+}
+
+// ξ = 1: K̂ = scale·((T_x S_y + S_x T_y) S_z + S_x S_y T_z) from per-axis tables (every
+// image of the G box), ~4 flops a point.  Kernel j's tables start at tab + toff[j]:
+// S_x, T_x (nx), S_y, T_y (ny), S_z, T_z (nzh).
+template <int KB>
+__global__ void __launch_bounds__(256)
+parseval_iso(const float* __restrict__ pw, double* __restrict__ part, const float* __restrict__ prm,
+             const float* __restrict__ tab, const int* __restrict__ toff,
+             const int j0, const int nk, const int slot0, const int nx, const int ny, const int nzh) {
+    const int lane = threadIdx.x & 31;
+    const idx_t nrows = (idx_t)nx * (idx_t)ny;
+    const idx_t warp0 = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const idx_t nwarps = ((idx_t)gridDim.x * blockDim.x) >> 5;
+    double s[KB];
+#pragma unroll
+    for (int q = 0; q < KB; ++q) s[q] = 0.0;
+    for (idx_t row = warp0; row < nrows; row += nwarps) {
+        const int kx = (int)(row / (idx_t)ny), ky = (int)(row % (idx_t)ny);
+        const float* __restrict__ prow = pw + row * (idx_t)nzh;
+        for (int kzb = 0; kzb < nzh; kzb += 32 * CH) {
+            float pv[CH];
+#pragma unroll
+            for (int cc = 0; cc < CH; ++cc) {
+                const int kz = kzb + 32 * cc + lane;
+                pv[cc] = kz < nzh ? __ldg(prow + kz) : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < KB; ++q) {
+                if (q < nk) {
+                    const float* __restrict__ T = tab + toff[j0 + q];
+                    const float sc = prm[NP * (j0 + q) + 13];
+                    const float sx = __ldg(T + kx), tx = __ldg(T + nx + kx);
+                    const float sy = __ldg(T + 2 * nx + ky), ty = __ldg(T + 2 * nx + ny + ky);
+                    const float* __restrict__ SZ = T + 2 * nx + 2 * ny;
+                    const float A = (tx * sy + sx * ty) * sc, B = sx * sy * sc;
+                    float f = 0.0f;
+#pragma unroll
+                    for (int cc = 0; cc < CH; ++cc) {
+                        const int kz = kzb + 32 * cc + lane;
+                        if (kz < nzh) {
+                            const float k = fmaf(A, __ldg(SZ + kz), B * __ldg(SZ + nzh + kz));
+                            f = fmaf(pv[cc], k * k, f);
+                        }
+                    }
+                    s[q] += (double)f;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < KB; ++q) {
+        if (q < nk) {
+            block_reduce4(0.0, s[q], 0.0f, 0.0f, part + 4 * ((idx_t)(slot0 + q) * gridDim.x + blockIdx.x));
+            __syncthreads();
         }
     }
 }
@@ -251,12 +373,123 @@ extern "C" __global__ void core_stats(const float* __restrict__ g, double* __res
 _MODULES = {}
 
 
-def _module(wide: bool):
-    key = bool(wide)
+def parseval_names(kb=None, mode=None, iso_kb=None):
+    """Template instances of the Parseval kernels (defaults: the module's settings)."""
+    kb = PARSEVAL_KB if kb is None else int(kb)
+    mode = PARSEVAL_MODE if mode is None else int(mode)
+    iso_kb = PARSEVAL_ISO_KB if iso_kb is None else int(iso_kb)
+    return (f"parseval_gen<{kb}, {mode}>", f"parseval_iso<{iso_kb}>")
+
+
+def _module(wide: bool, names=None):
+    names = tuple(parseval_names() if names is None else names)
+    key = (bool(wide), names)
     if key not in _MODULES:
         src = _SRC.replace("IDX_T", "unsigned long long" if wide else "unsigned int")
-        _MODULES[key] = cp.RawModule(code=src, options=("-std=c++14",))
+        _MODULES[key] = cp.RawModule(code=src, options=("-std=c++14",), name_expressions=names)
     return _MODULES[key]
+
+
+def _resident_blocks(kern) -> int:
+    """Blocks of THREADS threads that fit on one SM, from the kernel's register count."""
+    try:
+        regs = int(kern.num_regs)
+    except Exception:  # pragma: no cover - attribute missing in some CuPy versions
+        return 2
+    per_warp = -(-regs * 32 // 256) * 256  # allocation unit: 256 registers a warp
+    return int(max(1, min(2048 // THREADS, 65536 // (per_warp * (THREADS // 32)))))
+
+
+def iso_tables(params, fft_shape):
+    """Per-axis tables of the separable ξ = 1 spectrum, for the rows of ``params`` with c = 0.
+
+    ``S[k] = Σ_g e^{−a²ω²/2}``, ``T[k] = Σ_g a²ω² e^{−a²ω²/2}`` over every image of the
+    G box (ω = ω_k + g·period), so that ``K̂ = scale·((T_x S_y + S_x T_y) S_z + S_x S_y T_z)``
+    (float64 sums, stored float32).  Returns the concatenated tables (one copy per distinct
+    set of constants) and each row's offset into them (0 for rows with c ≠ 0).
+    """
+    nx, ny, nz = (int(n) for n in fft_shape)
+
+    def axis(n, half, dw, per, g, a2):
+        k = np.arange(n // 2 + 1, dtype=np.float64) if half else np.fft.fftfreq(n, 1.0 / n)
+        w = k[:, None] * dw + np.arange(-g, g + 1, dtype=np.float64)[None, :] * per
+        q = a2 * w * w
+        e = np.exp(-0.5 * q)
+        return e.sum(axis=1), (q * e).sum(axis=1)
+
+    toff = np.zeros(len(params), dtype=np.int32)
+    seen, chunks, off = {}, [], 0
+    for j, P in enumerate(params):
+        if P[10] != 0.0:
+            continue
+        key = tuple(float(v) for v in P[[0, 1, 2, 3, 4, 5, 9, 14, 15, 16]])
+        if key not in seen:
+            a2 = P[9]
+            sx, tx = axis(nx, False, P[0], P[3], int(P[14]), a2)
+            sy, ty = axis(ny, False, P[1], P[4], int(P[15]), a2)
+            sz, tz = axis(nz, True, P[2], P[5], int(P[16]), a2)
+            t = np.concatenate([sx, tx, sy, ty, sz, tz]).astype(np.float32)
+            seen[key] = off
+            chunks.append(t)
+            off += len(t)
+        toff[j] = seen[key]
+    tab = np.concatenate(chunks) if chunks else np.zeros(1, np.float32)
+    return tab, toff
+
+
+def parseval_sums(pw, params, fft_shape, progress=None, *, names=None, waves=None):
+    """``Σ_k pw(k)·K̂_j(k)²`` for every row j of ``params`` (float64 CuPy array, no host sync).
+
+    ``pw``: float32 half-spectrum weights (``engine._parseval_weights``); ``params``: float64
+    ``kernel_params`` with norm 1.  ξ = 1 kernels (c = 0) go to the separable kernel, the
+    others to the general one; each launch takes up to KB kernels of one kind.  Per-CUDA-block
+    float64 partials are summed in a fixed order: the result is bit-identical run to run.
+    """
+    nx, ny, nz = (int(n) for n in fft_shape)
+    nzh = nz // 2 + 1
+    K = len(params)
+    total = nx * ny * nzh
+    wide = total >= 2**31
+    names = tuple(parseval_names() if names is None else names)
+    mod = _module(wide, names)
+    gen, iso = mod.get_function(names[0]), mod.get_function(names[1])
+    kb = int(names[0].split("<")[1].split(",")[0])
+    iso_kb = int(names[1].split("<")[1].rstrip(">"))
+    waves = PARSEVAL_WAVES if waves is None else int(waves)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    rows_blocks = -(-(nx * ny) * 32 // THREADS)  # at least one row per warp
+    nb = int(max(1, min(rows_blocks, sms * _resident_blocks(gen) * waves)))
+
+    is_iso = params[:, 10] == 0.0
+    order = np.concatenate([np.flatnonzero(is_iso), np.flatnonzero(~is_iso)])
+    n_iso = int(is_iso.sum())
+    P = params[order]
+    prm = cp.asarray(P.astype(np.float32))
+    if n_iso:
+        tab, toff = iso_tables(P, fft_shape)
+        tab, toff = cp.asarray(tab), cp.asarray(toff)
+    launches = ([(j, min(iso_kb, n_iso - j), True) for j in range(0, n_iso, iso_kb)]
+                + [(j, min(kb, K - j), False) for j in range(n_iso, K, kb)])
+    res = cp.empty(K)
+    part = cp.empty((min(K, CHUNK), nb, 4))
+    dims = (np.int32(nx), np.int32(ny), np.int32(nzh))
+    first, slot = 0, 0
+    for j, nk, sep in launches:
+        if slot + nk > CHUNK:
+            res[first:first + slot] = part[:slot, :, 1].sum(axis=1)
+            first, slot = j, 0
+        if sep:
+            iso((nb,), (THREADS,), (pw, part, prm, tab, toff, np.int32(j), np.int32(nk), np.int32(slot), *dims))
+        else:
+            gen((nb,), (THREADS,), (pw, part, prm, np.int32(j), np.int32(nk), np.int32(slot), *dims))
+        slot += nk
+        if progress is not None:
+            progress.step(nk)
+    if slot:
+        res[first:first + slot] = part[:slot, :, 1].sum(axis=1)
+    out = cp.empty(K)
+    out[cp.asarray(order)] = res
+    return out
 
 
 def _n_blocks(total: int) -> int:
@@ -338,22 +571,10 @@ class GpuEngine:
 
         if parseval:
             params = kernel_params(ks, a, spacing, N, 1.0)
-            prm = cp.asarray(params.astype(np.float32))
             dc = _dc_spectrum(params) * float(B[0, 0, 0].real.get())
             pw = _parseval_weights(B, N, cp).astype(cp.float32)
             del B
-            kern = mod.get_function("parseval")
-            nb = _n_blocks(total)
-            res = cp.empty(K)
-            part = cp.empty((min(K, CHUNK), nb, 4))
-            for j0 in range(0, K, CHUNK):
-                cnt = min(CHUNK, K - j0)
-                for s in range(0, cnt, PARSEVAL_KB):
-                    nk = min(PARSEVAL_KB, cnt - s)
-                    kern((nb,), (THREADS,), (pw, part, prm, np.int32(j0 + s), np.int32(nk), np.int32(s),
-                                            np.int32(nx), np.int32(ny), np.int32(nzh), idx(total)))
-                    progress.step(nk)
-                res[j0:j0 + cnt] = part[:cnt, :, 1].sum(axis=1)
+            res = parseval_sums(pw, params, N, progress)
             nanv = np.full(K, np.nan)
             return Partial(ncore, dc, res.get(), nanv, nanv.copy()), None
 
