@@ -43,7 +43,7 @@ def _kernels():
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return {name: getattr(k, name) for name in
-            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf")}
+            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int")}
 
 
 def is_integer_spacing(spacing) -> bool:
@@ -90,16 +90,19 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     sx, sy, sz = (float(s) for s in spacing)
     r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
     levels, need, r2cap = prune_table(r2need, spacing)
+    levlut = level_lut(levels, r2cap, spacing)
     mask = np.empty(d2.shape, np.uint8)
     k["prune"](d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
-               *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, mask)
+               *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
     return np.flatnonzero(mask)
 
 
 # Which painter ``paint`` uses: "uf" (balls in decreasing D2, each row a union-find of
 # unassigned voxels, every voxel written once) or "table" (the earlier sparse table of
 # power-of-two spans, all balls in any order, pushed down per plane).  Same result.
-PAINT = "table"
+PAINT = "bits"
+# Output planes per slab of the "bits" painter (one slab per task).
+BITS_SLAB = 8
 
 
 def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None):
@@ -109,22 +112,44 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     ``values[r - 1]``; 0 = not covered.
     """
     method = PAINT if method is None else method
-    if method not in ("uf", "table"):
-        raise ValueError(f"method must be 'uf' or 'table', got method={method!r}")
+    if method not in ("bits", "uf", "table"):
+        raise ValueError(f"method must be 'bits', 'uf' or 'table', got method={method!r}")
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     out = np.zeros(shape, np.uint32)
     n0, n1, n2 = d2.shape
     r2s = d2.reshape(-1)[cand]
-    values, ranks = np.unique(r2s, return_inverse=True)
+    if cand.size and is_integer_spacing(spacing) and r2s.max() < _INT_TABLE_MAX:
+        # exact integers: ranks by counting instead of a sort
+        r2i = r2s.astype(np.int64)
+        present = np.zeros(int(r2i.max()) + 1, np.bool_)
+        present[r2i] = True
+        values = np.flatnonzero(present).astype(np.float64)
+        ranks = np.cumsum(present, dtype=np.uint32)[r2i]
+    else:
+        values, ranks = np.unique(r2s, return_inverse=True)
+        ranks = (ranks.ravel() + 1).astype(np.uint32)
     if cand.size == 0 or out.size == 0:
         return out, values
-    ranks = (ranks.ravel() + 1).astype(np.uint32)
     ci, rem = np.divmod(cand, n1 * n2)
     cj, ck = np.divmod(rem, n2)
     rx = int(math.sqrt(float(values[-1])) / sx) + 2
     # rowstart[ic * n1 + jc]: first candidate of row (ic, jc) (candidates are sorted).
+    if method == "bits":
+        g = BITS_SLAB
+        start, lists, ext = k["slab_lists"](ci, r2s, ranks, values.size, sx, int(box_lo[0]),
+                                            int(box_hi[0]), g)
+        if is_integer_spacing(spacing) and values[-1] < _INT_TABLE_MAX:
+            si = [int(s) for s in (sx, sy, sz)]
+            rmax = int(values[-1])
+            k["paint_bits_int"](start, lists, ext, ci, cj, ck, r2s.astype(np.int64), ranks,
+                                si[0], si[1], half_table(rmax, si[1]), half_table(rmax, si[2]),
+                                *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, out)
+        else:
+            k["paint_bits"](start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,
+                            *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, out)
+        return out, values
     if method == "uf":
         g = max(1, min(16, (1 << 20) // max(1, 4 * shape[1] * (shape[2] + 1))))
         start, lists, ext = k["slab_lists"](ci, r2s, ranks, values.size, sx, int(box_lo[0]),
@@ -136,6 +161,21 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     k["paint"](rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], rx, 4 * _threads(), out)
     return out, values
+
+
+# Integer half-width tables are used up to this squared radius (larger: the float path).
+_INT_TABLE_MAX = float(2**26)
+
+
+def half_table(r2max: int, s: int) -> np.ndarray:
+    """hw[B] = the largest h >= 0 with (h*s)^2 < B for 1 <= B <= r2max, hw[0] = -1 (int64)."""
+    b = np.arange(r2max + 1, dtype=np.int64)
+    q = np.maximum(b - 1, 0) // (s * s)  # (h*s)^2 < B  <=>  h^2 <= (B - 1) // s^2
+    h = np.floor(np.sqrt(q.astype(np.float64))).astype(np.int64)
+    h += (h + 1) * (h + 1) <= q
+    h -= h * h > q
+    h[0] = -1
+    return h
 
 
 def finish(ranks: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -183,6 +223,25 @@ def _table_cap(r2need: float, spacing) -> float:
 
 
 _PRUNE_TABLES: dict = {}
+_LEVEL_LUTS: dict = {}
+
+
+def level_lut(levels, r2cap, spacing) -> np.ndarray:
+    """At integer spacing, lut[v] = (index of the largest level < v) for integers v < r2cap,
+    the prune kernel's level lookup without a binary search; empty otherwise."""
+    if not is_integer_spacing(spacing) or r2cap > 2**24:
+        return np.zeros(0, np.int64)
+    key = (tuple(float(s) for s in spacing), float(r2cap), levels.size)
+    lut = _LEVEL_LUTS.get(key)
+    if lut is None:
+        n = int(math.floor(r2cap))
+        if n >= r2cap:
+            n -= 1
+        v = np.arange(n + 1, dtype=np.float64)
+        lut = (np.searchsorted(levels, v, side="left") - 1).astype(np.int64)
+        _LEVEL_LUTS.clear()
+        _LEVEL_LUTS[key] = lut
+    return lut
 
 
 def prune_table(r2need: float, spacing):

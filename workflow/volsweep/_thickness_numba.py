@@ -8,6 +8,7 @@ import math
 import numba
 import numpy as np
 from numba import njit, prange
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 
 @njit(cache=True, parallel=True)
@@ -99,7 +100,7 @@ def edt_axis2(fin, sz, out):
 
 @njit(cache=True, parallel=True)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          out):
+          levlut, out):
     # out[p] = 1 for the centres kept: D(p) > 0, within r2keep of the box [lo, hi),
     # and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap the
     # test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
@@ -138,7 +139,11 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                 if a != np.inf:
                     lev = -1
                     if a < r2cap:
-                        lev = np.searchsorted(levels, a, side="left") - 1
+                        if a < levlut.size:
+                            # integer spacing: a is an exact integer (no binary search)
+                            lev = levlut[int(a)]
+                        else:
+                            lev = np.searchsorted(levels, a, side="left") - 1
                     for di in range(-1, 2):
                         ii = i + di
                         if ii < 0 or ii >= n0:
@@ -439,4 +444,150 @@ def paint_uf(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo
                         rgt = min(k0 + hk, hi2 - 1) - lo2
                         if lft <= rgt:
                             assign(nx, out, cnt, oi, a, b, lft, rgt, rank)
+    return out
+
+@njit(cache=True, inline="always")
+def fill_bits(asg, out, a, b, oi, lft, rgt, rank):
+    # Give the still unassigned voxels of [lft, rgt] in row b of slab plane a the value
+    # rank; asg holds one bit per voxel (1 = assigned), so a covered span costs one or
+    # two word tests.
+    wl = lft >> 6
+    wr = rgt >> 6
+    for w in range(wl, wr + 1):
+        m = np.uint64(0xFFFFFFFFFFFFFFFF)
+        if w == wl:
+            m &= np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(lft & 63)
+        if w == wr:
+            m &= np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - (rgt & 63))
+        free = m & ~asg[a, b, w]
+        if free:
+            asg[a, b, w] |= free
+            base = w << 6
+            while free:
+                out[oi, b, base + trailing_zeros(free)] = rank
+                free &= free - np.uint64(1)
+
+
+@njit(cache=True, parallel=True)
+def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2,
+               hi0, hi1, hi2, g, out):
+    # Balls in decreasing rank, per slab of g output planes: the first ball to reach a
+    # voxel has the largest rank among those covering it, so it is written once and
+    # marked in a bitmask (one uint64 word per 64 voxels of a row).  A ball row whose
+    # voxels are all assigned costs one or two word tests; half-widths shrink
+    # monotonically, so there is one sqrt per ball slice, none per row.  Each slab
+    # belongs to one thread, and the result does not depend on the order of equal
+    # ranks, so it is the same for any number of threads.
+    m0, m1, m2 = out.shape
+    nslab = start.size - 1
+    nw = (m2 + 63) >> 6
+    for sl in prange(nslab):
+        p0 = lo0 + sl * g
+        p1 = min(p0 + g, hi0)
+        asg = np.zeros((p1 - p0, m1, nw), np.uint64)
+        for t in range(start[sl], start[sl + 1]):
+            m = lists[t]
+            r2 = r2s[m]
+            ic = ci[m]
+            j0 = cj[m]
+            k0 = ck[m]
+            rank = ranks[m]
+            h = ext[m]
+            for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
+                x = (i - ic) * sx
+                aa = x * x
+                if not aa < r2:
+                    continue
+                a = i - p0
+                oi = i - lo0
+                hj = half(aa, r2, sy)
+                hk = half(aa, r2, sz)
+                for adj in range(0, hj + 1):
+                    y = adj * sy
+                    hk = shrink(hk, aa + y * y, r2, sz)
+                    if hk < 0:
+                        break
+                    lft = max(k0 - hk, lo2) - lo2
+                    rgt = min(k0 + hk, hi2 - 1) - lo2
+                    if lft > rgt:
+                        continue
+                    jj = j0 + adj
+                    if jj >= lo1 and jj < hi1:
+                        fill_bits(asg, out, a, jj - lo1, oi, lft, rgt, rank)
+                    if adj > 0:
+                        jj = j0 - adj
+                        if jj >= lo1 and jj < hi1:
+                            fill_bits(asg, out, a, jj - lo1, oi, lft, rgt, rank)
+    return out
+
+
+@njit(cache=True, inline="always")
+def row_free(asg, a, b, wl, wr, ml, mr):
+    # Unassigned voxels of a span covering words wl (mask ml) and wr (mask mr, 0 when
+    # wr == wl) of row b, slab plane a: nonzero when some voxel still needs a value.
+    return (ml & ~asg[a, b, wl]) | (mr & ~asg[a, b, wr])
+
+
+@njit(cache=True, parallel=True)
+def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz, lo0, lo1,
+                   lo2, hi0, hi1, hi2, g, out):
+    # paint_bits at integer spacing: every squared length is an exact integer, so the
+    # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
+    # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
+    # row, and a row span of at most two words is tested without a branch per word.
+    m0, m1, m2 = out.shape
+    nslab = start.size - 1
+    nw = (m2 + 63) >> 6
+    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+    ZERO = np.uint64(0)
+    for sl in prange(nslab):
+        p0 = lo0 + sl * g
+        p1 = min(p0 + g, hi0)
+        asg = np.zeros((p1 - p0, m1, nw), np.uint64)
+        for t in range(start[sl], start[sl + 1]):
+            m = lists[t]
+            rr = r2i[m]
+            ic = ci[m]
+            j0 = cj[m]
+            k0 = ck[m]
+            rank = ranks[m]
+            h = ext[m]
+            for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
+                dx = (i - ic) * sxi
+                rho = rr - dx * dx
+                if rho <= 0:
+                    continue
+                a = i - p0
+                oi = i - lo0
+                hj = hwy[rho]
+                for adj in range(0, hj + 1):
+                    dy = adj * syi
+                    hk = hwz[rho - dy * dy]
+                    lft = max(k0 - hk, lo2) - lo2
+                    rgt = min(k0 + hk, hi2 - 1) - lo2
+                    if lft > rgt:
+                        continue
+                    wl = lft >> 6
+                    wr = rgt >> 6
+                    jp = j0 + adj - lo1
+                    jm = j0 - adj - lo1
+                    okp = jp >= 0 and jp < m1
+                    okm = adj > 0 and jm >= 0 and jm < m1
+                    if wr - wl <= 1:
+                        ml = ALL << np.uint64(lft & 63)
+                        mr = ALL >> np.uint64(63 - (rgt & 63))
+                        if wl == wr:
+                            ml &= mr
+                            mr = ZERO
+                        free = ZERO
+                        if okp:
+                            free |= row_free(asg, a, jp, wl, wr, ml, mr)
+                        if okm:
+                            free |= row_free(asg, a, jm, wl, wr, ml, mr)
+                        if free == ZERO:
+                            continue
+                    if okp:
+                        fill_bits(asg, out, a, jp, oi, lft, rgt, rank)
+                    if okm:
+                        fill_bits(asg, out, a, jm, oi, lft, rgt, rank)
     return out
