@@ -23,13 +23,14 @@ from .tiling import read_block
 
 THREADS = 256
 #: Parseval path: kernels per launch of the general (ξ ≠ 1) kernel, its z-image pruning
-#: (0: one range per 32-frequency segment, 1: one per row), kernels per launch of the
-#: separable ξ = 1 kernel, and resident waves of blocks per launch.  Chosen on an H200
+#: (0: one range per 32-frequency segment, 1: one per row block, 2: as 1 with approximate
+#: reciprocal/sqrt in the per-row setup), kernels per launch of the separable ξ = 1
+#: kernel, and resident waves of blocks per launch.  Chosen on an H200
 #: with benchmarks/bench_parseval.py (NOTES_sweep.md).
 PARSEVAL_KB = 2
-PARSEVAL_MODE = 1
+PARSEVAL_MODE = 2
 PARSEVAL_ISO_KB = 8
-PARSEVAL_WAVES = 2
+PARSEVAL_WAVES = 4
 #: Kernels whose per-CUDA-block partials are buffered before a device-side reduction.
 CHUNK = 256
 #: Bytes per host→device slab while filling the padded volume.
@@ -147,7 +148,8 @@ __device__ __forceinline__ float ex2a(float x) {
 
 // General ξ.  Lanes p < npairs compute the (ω_x, ω_y) image pair p of the row once per
 // kernel: its z images with some p < p_cut in this row block are one range [lo, hi]
-// (MODE 1), or one range per 32-frequency segment cc (MODE 0, tighter).  The warp loops
+// (MODE 1; MODE 2 the same with approximate reciprocal / square root in this per-row
+// setup), or one range per 32-frequency segment cc (MODE 0, tighter).  The warp loops
 // over the union of z images (uniform bounds), and for each over the pairs that need it
 // (ballot, shuffles): every term is one full-warp FMA chain and one ex2, with no
 // per-point bounds.  The few terms beyond p_cut are terms of the exact sum (below
@@ -184,7 +186,8 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
                     const float dwz = P[2], perz = P[5], uz = P[8], a2 = P[9], c = P[10];
                     const float pcut = P[12], xlim = P[17], inv_alpha = P[19];
                     const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
-                    const float a2k = a2 * KLOG, ck = c * KLOG, inv_perz = 1.0f / perz;
+                    const float a2k = a2 * KLOG, ck = c * KLOG;
+                    const float inv_perz = MODE == 2 ? __fdividef(1.0f, perz) : 1.0f / perz;
                     const float w0x = fx * P[0], w0y = fy * P[1];
                     float wz0[CH], acc[CH];
 #pragma unroll
@@ -201,17 +204,22 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
 #pragma unroll
                         for (int cc = 0; cc < CH; ++cc) { lc[cc] = 1; hc[cc] = 0; }
                         if (pp < npairs) {
-                            const float wx = w0x + (float)(pp / nyi - gx) * P[3];
-                            const float wy = w0y + (float)(pp % nyi - gy) * P[4];
+                            // MODE 2: pp / nyi through an approximate reciprocal (exact: the
+                            // quotient is ≥ 0.5/nyi from an integer), no integer division
+                            const int ixo = MODE == 2 ? (int)(((float)pp + 0.5f) * __fdividef(1.0f, (float)nyi))
+                                                      : pp / nyi;
+                            const float wx = w0x + (float)(ixo - gx) * P[3];
+                            const float wy = w0y + (float)(pp - ixo * nyi - gy) * P[4];
                             const float bx = wx * wx, bxy = bx + wy * wy;
                             const float txy = P[6] * wx + P[7] * wy;
                             const float rxy = pcut - a2 * bxy;
                             const float disc = a2 * (rxy - c * txy * txy) + c * uz * uz * rxy;
                             if (bx < xlim && disc > 0.0f) {
-                                const float wc = -c * txy * uz * inv_alpha, h = sqrtf(disc) * inv_alpha;
+                                const float wc = -c * txy * uz * inv_alpha;
+                                const float h = (MODE == 2 ? disc * rsqrtf(disc) : sqrtf(disc)) * inv_alpha;
                                 b0 = a2k * bxy;
                                 tx = txy;
-                                if (MODE == 1) {
+                                if (MODE >= 1) {
                                     const float wlo = (float)kzb * dwz;
                                     const float whi = (float)(min(nzh, kzb + 32 * CH) - 1) * dwz;
                                     lo = max(-gz, (int)ceilf((wc - h - whi) * inv_perz));
@@ -243,7 +251,7 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
                                 qz[cc] = a2k * wz[cc] * wz[cc];
                             }
                             int bits = 0;
-                            if (MODE == 1) {
+                            if (MODE >= 1) {
                                 bits = (lo <= iz && iz <= hi) ? 0xf : 0;
                             } else {
 #pragma unroll
@@ -256,7 +264,7 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
                                 m &= m - 1;
                                 const float bp = __shfl_sync(FULL, b0, p);
                                 const float tp = __shfl_sync(FULL, tx, p);
-                                const int bb = MODE == 1 ? 0xf : __shfl_sync(FULL, bits, p);
+                                const int bb = MODE >= 1 ? 0xf : __shfl_sync(FULL, bits, p);
 #pragma unroll
                                 for (int cc = 0; cc < CH; ++cc) {
                                     if (cc < ncc && ((bb >> cc) & 1)) {
