@@ -86,6 +86,7 @@ def test_thickness_matches_the_brute_force_oracle(tiny):
         np.testing.assert_allclose(float(ds["mean"]), phase.astype(np.float32).astype(np.float64).mean(), rtol=1e-12)
         assert float(ds["max"]) == pytest.approx(float(phase.max()), rel=1e-6)
         assert float(ds["volume_fraction"]) == pytest.approx(phase.size / vol.size)
+        assert ds.attrs["device"].startswith("cpu") and len(ds.attrs["config_sha256"]) == 64
 
 
 def test_summaries_stack_the_volumes(tiny):

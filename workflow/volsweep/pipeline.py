@@ -313,8 +313,11 @@ def thickness_rmax(volume_zarr, out_json, *, threshold, label, invert, device, n
     binary = select_phase(store[...], threshold=threshold, label=label, invert=invert,
                           name=f"volumes.{name}")
     r_max = max_inscribed_radius(binary, spacing=spacing, device=device)
+    from volsweep.backend import device_name, resolve_device
+
     info = {"r_max": float(r_max), "n_voxels": int(binary.size), "n_phase": int(binary.sum()),
-            "spacing": list(spacing), "shape": list(binary.shape)}
+            "spacing": list(spacing), "shape": list(binary.shape),
+            "device": device_name(resolve_device(device))}
     tmp = _atomic_path(out_json)
     tmp.write_text(json.dumps(info, indent=2) + "\n")
     os.replace(tmp, out_json)
@@ -431,8 +434,9 @@ def aggregate_thickness(chunk_npzs, rmax_json, volume_zarr, out_nc, *, bins, pro
         check_written(thickness_zarr, cores, chunk_npzs)
     values, counts = merge_value_counts(pairs)
     ds = distribution_from_counts(values, counts, n_voxels, bins=bins, spacing=spacing)
-    ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"],
-                    r_max=json.loads(Path(rmax_json).read_text())["r_max"])
+    rmax = json.loads(Path(rmax_json).read_text())
+    ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"], r_max=rmax["r_max"],
+                    device=rmax.get("device", "unknown"))
     datasets.write_netcdf(ds, out_nc)
 
 
