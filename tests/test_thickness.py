@@ -257,17 +257,24 @@ def test_public_exports():
     assert volsweep.thickness_distribution is T.thickness_distribution
 
 
-@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.1, 1.3)])
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
 def test_cpu_painters_agree(spacing):
-    # "uf" (decreasing D2, union-find rows) is opt-in; it must equal the default "table".
+    # "bits" (default: decreasing D2, a bit per voxel, discs inside an uphill neighbour's
+    # disc skipped), "uf" and "table" must agree, with and without prune's uphill bits.
     phase = blobs((30, 26, 37), sigma=2.5, seed=11)
     d2 = CPU.edt_sq(phase, spacing)
-    cand = CPU.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0)
-    a = CPU.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="table")
-    b = CPU.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="uf")
-    np.testing.assert_array_equal(a[0], b[0])
-    np.testing.assert_array_equal(a[1], b[1])
-    lo, hi = (3, 5, 7), (20, 19, 30)
-    a = CPU.paint(d2, cand, spacing, lo, hi, method="table")
-    b = CPU.paint(d2, cand, spacing, lo, hi, method="uf")
-    np.testing.assert_array_equal(a[0], b[0])
+    cand, up = CPU.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0, with_uphill=True)
+    for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (20, 19, 30))]:
+        a = CPU.paint(d2, cand, spacing, lo, hi, method="table")
+        for method, kw in [("uf", {}), ("bits", {}), ("bits", {"uphill": up})]:
+            b = CPU.paint(d2, cand, spacing, lo, hi, method=method, **kw)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_bits_painter_slice_skip_on_porous_volume_equals_oracle():
+    # Larger balls (R up to ~6) so that many discs are skipped; exact vs the brute force.
+    phase = blobs((26, 22, 28), sigma=3.0, seed=3)
+    for spacing in [(1, 1, 1), (1, 2, 1)]:
+        got = T.local_thickness(phase, spacing=spacing)
+        np.testing.assert_array_equal(got, oracle_local_thickness(phase, spacing))

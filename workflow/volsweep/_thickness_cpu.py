@@ -43,7 +43,7 @@ def _kernels():
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return {name: getattr(k, name) for name in
-            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int")}
+            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits")}
 
 
 def is_integer_spacing(spacing) -> bool:
@@ -84,17 +84,25 @@ def edt_sq(phase: np.ndarray, spacing, *, method: str = "auto") -> np.ndarray:
     return a
 
 
-def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: float) -> np.ndarray:
-    """Flat indices (sorted) of the ball centres that survive pruning."""
+def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: float,
+               with_uphill: bool = False):
+    """Flat indices (sorted) of the ball centres that survive pruning.
+
+    With ``with_uphill``, also each centre's bits of the 26-neighbours before it in
+    the order (D2 descending, flat index ascending), for ``paint(..., uphill=)``.
+    """
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
     r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
     levels, need, r2cap = prune_table(r2need, spacing)
     levlut = level_lut(levels, r2cap, spacing)
-    mask = np.empty(d2.shape, np.uint8)
+    mask = np.empty(d2.shape, np.uint32)
     k["prune"](d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
-    return np.flatnonzero(mask)
+    cand = np.flatnonzero(mask)
+    if with_uphill:
+        return cand, mask.reshape(-1)[cand]
+    return cand
 
 
 # Which painter ``paint`` uses: "uf" (balls in decreasing D2, each row a union-find of
@@ -105,7 +113,7 @@ PAINT = "bits"
 BITS_SLAB = 8
 
 
-def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None):
+def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None, uphill=None):
     """Rank map (uint32) of the box [lo, hi) and the sorted distinct D2 values it indexes.
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
@@ -141,10 +149,15 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
         start, lists, ext = k["slab_lists"](ci, r2s, ranks, values.size, sx, int(box_lo[0]),
                                             int(box_hi[0]), g)
         if is_integer_spacing(spacing) and values[-1] < _INT_TABLE_MAX:
-            si = [int(s) for s in (sx, sy, sz)]
+            si = tuple(int(s) for s in (sx, sy, sz))
             rmax = int(values[-1])
+            if uphill is None:
+                ustart, ucode = k["uphill_lists"](d2, ci, cj, ck)
+            else:
+                ustart, ucode = k["uphill_from_bits"](d2, ci, cj, ck, uphill)
             k["paint_bits_int"](start, lists, ext, ci, cj, ck, r2s.astype(np.int64), ranks,
                                 si[0], si[1], half_table(rmax, si[1]), half_table(rmax, si[2]),
+                                ustart, ucode, disc_need_table(rmax, si[1], si[2]),
                                 *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, out)
         else:
             k["paint_bits"](start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,
@@ -163,8 +176,38 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     return out, values
 
 
-# Integer half-width tables are used up to this squared radius (larger: the float path).
-_INT_TABLE_MAX = float(2**26)
+# Integer tables are used up to this squared radius (larger: the float path).
+_INT_TABLE_MAX = float(2**20)
+
+
+@functools.lru_cache(maxsize=8)
+def _disc_need(r2max: int, sy: int, sz: int) -> np.ndarray:
+    qa = math.isqrt(r2max) // sy + 2
+    qb = math.isqrt(r2max) // sz + 2
+    a, b = np.meshgrid(np.arange(qa, dtype=np.int64), np.arange(qb, dtype=np.int64),
+                       indexing="ij")
+    norm = ((a * sy) ** 2 + (b * sz) ** 2).ravel()
+    order = np.argsort(norm, kind="stable")
+    norm = norm[order]
+    a = a.ravel()[order]
+    b = b.ravel()[order]
+    # count[rho] = how many sorted norms are < rho (the disc of rho, one quadrant)
+    count = np.searchsorted(norm, np.arange(r2max + 1, dtype=np.int64), side="left")
+    need = np.zeros((9, r2max + 1), np.int64)
+    for ey in range(2):
+        for ek in range(2):
+            pm = np.maximum.accumulate(((a + ey) * sy) ** 2 + ((b + ek) * sz) ** 2)
+            row = np.where(count > 0, pm[np.maximum(count - 1, 0)], 0)
+            row[0] = 0
+            need[ey * 3 + ek] = row
+    return need
+
+
+def disc_need_table(r2max: int, sy: int, sz: int) -> np.ndarray:
+    """need[|ey|*3 + |ek|, rho] = max of |o + (ey, ek)|^2 (canonical, integer spacing) over the
+    disc {o : (o_y*sy)^2 + (o_z*sz)^2 < rho}: that disc shifted by (ey, ek) lies inside the
+    disc of rho' iff rho' > need.  (The first axis of the result has 9 rows; 0, 1, 3, 4 are used.)"""
+    return _disc_need(int(r2max), int(sy), int(sz))
 
 
 def half_table(r2max: int, s: int) -> np.ndarray:

@@ -101,7 +101,7 @@ def edt_axis2(fin, sz, out):
 @njit(cache=True, parallel=True)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
           levlut, out):
-    # out[p] = 1 for the centres kept: D(p) > 0, within r2keep of the box [lo, hi),
+    # out[p] != 0 for the centres kept: D(p) > 0, within r2keep of the box [lo, hi),
     # and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap the
     # test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
     # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
@@ -136,6 +136,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                 if not g < r2keep:
                     continue
                 keep = True
+                up = np.uint32(0)
                 if a != np.inf:
                     lev = -1
                     if a < r2cap:
@@ -159,6 +160,12 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 b = d2[ii, jj, kk]
                                 if b == np.inf:
                                     continue
+                                # q comes before p in the strict order (D2 descending, flat
+                                # index ascending): an "uphill" neighbour for paint_bits_int
+                                if b > a or (b == a and (di < 0 or (di == 0 and (
+                                        dj < 0 or (dj == 0 and dk < 0))))):
+                                    up |= np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3
+                                                                    + (dk + 1))
                                 if lev >= 0:
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     if b > need[et, lev]:
@@ -179,7 +186,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         if not keep:
                             break
                 if keep:
-                    out[i, j, k] = 1
+                    out[i, j, k] = up | np.uint32(1 << 31)
     return out
 
 @njit(cache=True, inline="always")
@@ -529,12 +536,17 @@ def row_free(asg, a, b, wl, wr, ml, mr):
 
 
 @njit(cache=True, parallel=True)
-def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz, lo0, lo1,
-                   lo2, hi0, hi1, hi2, g, out):
+def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz, ustart,
+                   ucode, need2, lo0, lo1, lo2, hi0, hi1, hi2, g, out):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
     # row, and a row span of at most two words is tested without a branch per word.
+    # A slice (the ball's disc in one output plane) is skipped when it lies inside the
+    # same plane's disc of an "uphill" 26-neighbour q (ucode, from uphill_lists): q's
+    # ball has a larger D2 (or an equal one and a smaller index), so whatever covers
+    # q's disc there has a value >= this ball's.  That order is strict, so every
+    # skipped disc is covered by a painted one; it skips most rows.
     m0, m1, m2 = out.shape
     nslab = start.size - 1
     nw = (m2 + 63) >> 6
@@ -556,6 +568,17 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz
                 dx = (i - ic) * sxi
                 rho = rr - dx * dx
                 if rho <= 0:
+                    continue
+                inside = False
+                for u in range(ustart[m], ustart[m + 1]):
+                    code = ucode[u]
+                    e = code & 31
+                    ex = e // 9 - 1
+                    dq = (i - ic - ex) * sxi
+                    if (code >> 5) - dq * dq > need2[e % 9, rho]:
+                        inside = True
+                        break
+                if inside:
                     continue
                 a = i - p0
                 oi = i - lo0
@@ -591,3 +614,83 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz
                     if okm:
                         fill_bits(asg, out, a, jm, oi, lft, rgt, rank)
     return out
+
+
+@njit(cache=True, inline="always")
+def _uphill(d2, ci, cj, ck, m, n1, n2, ucode, pos, write):
+    # The 26-neighbours q of centre m that come first in the strict order
+    # (D2 descending, flat index ascending); code = D2(q) * 32 + e with
+    # e = (ex + 1) * 9 + (|ey| * 3 + |ek|) (the in-plane part folded by symmetry).
+    n0 = d2.shape[0]
+    i0 = ci[m]
+    j0 = cj[m]
+    k0 = ck[m]
+    rp = d2[i0, j0, k0]
+    me = (i0 * n1 + j0) * n2 + k0
+    cnt = 0
+    for ex in range(-1, 2):
+        ii = i0 + ex
+        if ii < 0 or ii >= n0:
+            continue
+        for ey in range(-1, 2):
+            jj = j0 + ey
+            if jj < 0 or jj >= n1:
+                continue
+            for ek in range(-1, 2):
+                kk = k0 + ek
+                if kk < 0 or kk >= n2 or (ex == 0 and ey == 0 and ek == 0):
+                    continue
+                b = d2[ii, jj, kk]
+                if b > rp or (b == rp and (ii * n1 + jj) * n2 + kk < me):
+                    if write:
+                        ucode[pos + cnt] = np.int64(b) * 32 + (ex + 1) * 9 + abs(ey) * 3 + abs(ek)
+                    cnt += 1
+    return cnt
+
+
+@njit(cache=True, parallel=True)
+def uphill_lists(d2, ci, cj, ck):
+    # CSR lists (ustart, ucode) of every centre's uphill neighbours (see paint_bits_int).
+    n = ci.size
+    n1 = d2.shape[1]
+    n2 = d2.shape[2]
+    cnt = np.zeros(n + 1, np.int64)
+    dummy = np.zeros(1, np.int64)
+    for m in prange(n):
+        cnt[m + 1] = _uphill(d2, ci, cj, ck, m, n1, n2, dummy, 0, False)
+    for m in range(n):
+        cnt[m + 1] += cnt[m]
+    ucode = np.empty(cnt[n], np.int64)
+    for m in prange(n):
+        _uphill(d2, ci, cj, ck, m, n1, n2, ucode, cnt[m], True)
+    return cnt, ucode
+
+
+@njit(cache=True, parallel=True)
+def uphill_from_bits(d2, ci, cj, ck, bits):
+    # uphill_lists from prune's neighbour bits: one read of d2 per listed neighbour.
+    n = ci.size
+    cnt = np.zeros(n + 1, np.int64)
+    for m in prange(n):
+        v = bits[m] & np.uint32(0x7FFFFFF)
+        c = 0
+        while v:
+            v &= v - np.uint32(1)
+            c += 1
+        cnt[m + 1] = c
+    for m in range(n):
+        cnt[m + 1] += cnt[m]
+    ucode = np.empty(cnt[n], np.int64)
+    for m in prange(n):
+        v = bits[m] & np.uint32(0x7FFFFFF)
+        pos = cnt[m]
+        while v:
+            t = trailing_zeros(v)
+            v &= v - np.uint32(1)
+            di = t // 9 - 1
+            dj = (t // 3) % 3 - 1
+            dk = t % 3 - 1
+            b = d2[ci[m] + di, cj[m] + dj, ck[m] + dk]
+            ucode[pos] = np.int64(b) * 32 + (di + 1) * 9 + abs(dj) * 3 + abs(dk)
+            pos += 1
+    return cnt, ucode

@@ -93,14 +93,18 @@ def _thickness_r2(phase, spacing, device, box_lo, box_hi, r2keep):
     eps = 0.0 if _is_integer_spacing(spacing) else _PRUNE_EPS
     impl = _backend(device)
     d2 = impl.edt_sq(phase, spacing)
-    cand = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps)
     if device == "cuda":
+        cand = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps)
         r2max = float(d2.ravel()[cand].max()) if cand.size else 0.0
-    else:
-        r2max = float(d2.reshape(-1)[cand].max()) if cand.size else 0.0
+        if r2max > r2keep:
+            return None, r2max
+        return impl.paint(d2, cand, spacing, box_lo, box_hi), r2max
+    # CPU: pruning also marks each kept centre's "uphill" neighbours, for the painter
+    cand, uphill = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps, with_uphill=True)
+    r2max = float(d2.reshape(-1)[cand].max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max
-    return impl.paint(d2, cand, spacing, box_lo, box_hi), r2max
+    return impl.paint(d2, cand, spacing, box_lo, box_hi, uphill=uphill), r2max
 
 
 def _finish(r2, device):
