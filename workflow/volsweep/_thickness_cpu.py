@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -43,20 +44,45 @@ def _kernels():
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return {name: getattr(k, name) for name in
-            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits")}
+            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits", "disc_skip_masks", "disc_skip_masks_bits", "edt_axis12")}
+
+
+# Work arrays reused from call to call (per thread, one set for the last shape): a fresh
+# 125 MB array costs about 0.1 s of page faults at 250^3, and callers in a loop (the
+# simulated-annealing user) call with one shape.  Only arrays that never leave a call
+# (the intermediate distance pass, the prune mask) live here.
+_SCRATCH = threading.local()
+
+
+def _scratch(name: str, shape, dtype) -> np.ndarray:
+    store = getattr(_SCRATCH, "arrays", None)
+    if store is None:
+        store = _SCRATCH.arrays = {}
+    key = (tuple(int(n) for n in shape), np.dtype(dtype).str)
+    arr = store.get(name)
+    if arr is None or (arr.shape, arr.dtype.str) != key:
+        store.pop(name, None)
+        arr = store[name] = np.empty(key[0], key[1])
+    return arr
+
+
+def release_scratch() -> None:
+    """Drop this thread's reused work arrays (they are rebuilt on the next call)."""
+    _SCRATCH.arrays = {}
 
 
 def is_integer_spacing(spacing) -> bool:
     return all(float(s).is_integer() for s in spacing)
 
 
-def edt_sq(phase: np.ndarray, spacing, *, method: str = "auto") -> np.ndarray:
+def edt_sq(phase: np.ndarray, spacing, *, method: str = "auto", reuse: bool = False) -> np.ndarray:
     """Canonical squared distance (float64) from each voxel to the nearest background voxel.
 
     Background voxels get 0; without any background in the array every voxel is ``inf``.
     ``method="edt"`` uses the edt package (exact only at integer spacing with
     values below 2**24); ``"numba"`` (what ``"auto"`` picks) the canonical
-    separable passes of this module.
+    separable passes of this module.  ``reuse=True`` returns this thread's work
+    array (overwritten by the next such call): for callers that drop it within the call.
     """
     phase = np.ascontiguousarray(phase, dtype=bool)
     sx, sy, sz = (float(s) for s in spacing)
@@ -76,12 +102,11 @@ def edt_sq(phase: np.ndarray, spacing, *, method: str = "auto") -> np.ndarray:
     if method != "numba":
         raise ValueError(f"method must be 'auto', 'edt' or 'numba', got method={method!r}")
     k = _kernels()
-    a = np.empty(phase.shape, np.float64)
-    b = np.empty(phase.shape, np.float64)
+    a = _scratch("edt_axis0", phase.shape, np.float64)
+    b = _scratch("edt_d2", phase.shape, np.float64) if reuse else np.empty(phase.shape, np.float64)
     k["edt_axis0"](phase, sx, a)
-    k["edt_axis1"](a, sy, b)
-    k["edt_axis2"](b, sz, a)
-    return a
+    k["edt_axis12"](a, sy, sz, b)
+    return b
 
 
 def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: float,
@@ -96,7 +121,7 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
     levels, need, r2cap = prune_table(r2need, spacing)
     levlut = level_lut(levels, r2cap, spacing)
-    mask = np.empty(d2.shape, np.uint32)
+    mask = _scratch("prune_mask", d2.shape, np.uint32)
     k["prune"](d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
     cand = np.flatnonzero(mask)
@@ -110,10 +135,11 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
 # power-of-two spans, all balls in any order, pushed down per plane).  Same result.
 PAINT = "bits"
 # Output planes per slab of the "bits" painter (one slab per task).
-BITS_SLAB = 8
+BITS_SLAB = 16
 
 
-def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None, uphill=None):
+def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None, uphill=None,
+          reuse: bool = False):
     """Rank map (uint32) of the box [lo, hi) and the sorted distinct D2 values it indexes.
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
@@ -125,7 +151,11 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
-    out = np.zeros(shape, np.uint32)
+    if reuse:  # this thread's work array, overwritten by the next reuse=True call
+        out = _scratch("paint_ranks", shape, np.uint32)
+        out.fill(0)
+    else:
+        out = np.zeros(shape, np.uint32)
     n0, n1, n2 = d2.shape
     r2s = d2.reshape(-1)[cand]
     if cand.size and is_integer_spacing(spacing) and r2s.max() < _INT_TABLE_MAX:
@@ -151,13 +181,22 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
         if is_integer_spacing(spacing) and values[-1] < _INT_TABLE_MAX:
             si = tuple(int(s) for s in (sx, sy, sz))
             rmax = int(values[-1])
+            r2i = r2s.astype(np.int64)
+            need2 = disc_need_table(rmax, si[1], si[2])
             if uphill is None:
                 ustart, ucode = k["uphill_lists"](d2, ci, cj, ck)
+                skipm = k["disc_skip_masks"](ext, r2i, ustart, ucode, need2, si[0])
             else:
-                ustart, ucode = k["uphill_from_bits"](d2, ci, cj, ck, uphill)
-            k["paint_bits_int"](start, lists, ext, ci, cj, ck, r2s.astype(np.int64), ranks,
+                # balls of < 32 slices (all, at 250^3) use the masks; larger ones test
+                # each disc against their lists of uphill neighbours
+                skipm = k["disc_skip_masks_bits"](d2, ci, cj, ck, uphill, ext, r2i, need2, si[0])
+                if ext.size and ext.max() >= 32:
+                    ustart, ucode = k["uphill_from_bits"](d2, ci, cj, ck, uphill)
+                else:
+                    ustart, ucode = np.zeros(cand.size + 1, np.int64), np.zeros(0, np.int64)
+            k["paint_bits_int"](start, lists, ext, ci, cj, ck, r2i, ranks,
                                 si[0], si[1], half_table(rmax, si[1]), half_table(rmax, si[2]),
-                                ustart, ucode, disc_need_table(rmax, si[1], si[2]),
+                                ustart, ucode, need2, skipm,
                                 *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, out)
         else:
             k["paint_bits"](start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,

@@ -537,7 +537,7 @@ def row_free(asg, a, b, wl, wr, ml, mr):
 
 @njit(cache=True, parallel=True)
 def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz, ustart,
-                   ucode, need2, lo0, lo1, lo2, hi0, hi1, hi2, g, out):
+                   ucode, need2, skipm, lo0, lo1, lo2, hi0, hi1, hi2, g, out):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
@@ -569,8 +569,12 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz
                 rho = rr - dx * dx
                 if rho <= 0:
                     continue
+                if h < 32:
+                    # precomputed by disc_skip_masks
+                    if (skipm[m] >> np.uint64(i - ic + h)) & np.uint64(1):
+                        continue
                 inside = False
-                for u in range(ustart[m], ustart[m + 1]):
+                for u in range(ustart[m], ustart[m + 1] if h >= 32 else ustart[m]):
                     code = ucode[u]
                     e = code & 31
                     ex = e // 9 - 1
@@ -694,3 +698,138 @@ def uphill_from_bits(d2, ci, cj, ck, bits):
             ucode[pos] = np.int64(b) * 32 + (di + 1) * 9 + abs(dj) * 3 + abs(dk)
             pos += 1
     return cnt, ucode
+
+
+@njit(cache=True, parallel=True)
+def disc_skip_masks(ext, r2i, ustart, ucode, need2, sxi):
+    # For balls with at most 63 slices: bit (dx + h) set when the disc at plane offset dx
+    # lies inside an uphill neighbour's disc (the test of paint_bits_int, done here once
+    # per ball).
+    n = ext.size
+    out = np.zeros(n, np.uint64)
+    for m in prange(n):
+        h = ext[m]
+        if h < 0 or h >= 32:
+            continue
+        rp = r2i[m]
+        mask = np.uint64(0)
+        for u in range(ustart[m], ustart[m + 1]):
+            code = ucode[u]
+            e = code & 31
+            ex = e // 9 - 1
+            t = e % 9
+            rq = code >> 5
+            for d in range(-h, h + 1):
+                dd = d * sxi
+                dq = (d - ex) * sxi
+                c = rq - dq * dq > need2[t, rp - dd * dd]
+                mask |= np.uint64(c) << np.uint64(d + h)
+        out[m] = mask
+    return out
+
+
+@njit(cache=True, parallel=True)
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, r2i, need2, sxi):
+    # disc_skip_masks straight from prune's neighbour bits: the test depends on a
+    # neighbour only through (ex, |ey|*3 + |ek|) and D2(q), and a larger D2(q) contains
+    # more, so the largest D2(q) per such class (at most 12) decides.
+    n = ci.size
+    out = np.zeros(n, np.uint64)
+    for m in prange(n):
+        h = ext[m]
+        if h < 0 or h >= 32:
+            continue
+        best = np.full(12, -1, np.int64)
+        v = bits[m] & np.uint32(0x7FFFFFF)
+        while v:
+            t = trailing_zeros(v)
+            v &= v - np.uint32(1)
+            di = t // 9 - 1
+            dj = (t // 3) % 3 - 1
+            dk = t % 3 - 1
+            b = np.int64(d2[ci[m] + di, cj[m] + dj, ck[m] + dk])
+            c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
+            if b > best[c]:
+                best[c] = b
+        rp = r2i[m]
+        nd = 2 * h + 1
+        rho = np.empty(nd, np.int64)
+        for d in range(-h, h + 1):
+            dd = d * sxi
+            rho[d + h] = rp - dd * dd
+        nv = np.empty((4, nd), np.int64)
+        for t in range(4):
+            tt = (t >> 1) * 3 + (t & 1)
+            for x in range(nd):
+                nv[t, x] = need2[tt, rho[x]]
+        mask = np.uint64(0)
+        for c in range(12):
+            rq = best[c]
+            if rq < 0:
+                continue
+            ex = c // 4 - 1
+            t = c % 4
+            for d in range(-h, h + 1):
+                dq = (d - ex) * sxi
+                f = rq - dq * dq > nv[t, d + h]
+                mask |= np.uint64(f) << np.uint64(d + h)
+        out[m] = mask
+    return out
+
+
+@njit(cache=True, parallel=True)
+def edt_axis12(fin, sy, sz, out):
+    # edt_axis1 then edt_axis2, one plane i at a time through a plane buffer (one pass
+    # over the volume instead of two; same operations in the same order).
+    n0, n1, n2 = fin.shape
+    for i in prange(n0):
+        buf = np.empty((n1, n2), np.float64)
+        for j in range(n1):
+            for k in range(n2):
+                best = fin[i, j, k]
+                t = 1
+                while True:
+                    ts = t * sy
+                    c = ts * ts
+                    if c >= best:
+                        break
+                    any_ = False
+                    if j - t >= 0:
+                        v = fin[i, j - t, k] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if j + t < n1:
+                        v = fin[i, j + t, k] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if not any_:
+                        break
+                    t += 1
+                buf[j, k] = best
+        for j in range(n1):
+            for k in range(n2):
+                best = buf[j, k]
+                t = 1
+                while True:
+                    ts = t * sz
+                    c = ts * ts
+                    if c >= best:
+                        break
+                    any_ = False
+                    if k - t >= 0:
+                        v = buf[j, k - t] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if k + t < n2:
+                        v = buf[j, k + t] + c
+                        if v < best:
+                            best = v
+                        any_ = True
+                    if not any_:
+                        break
+                    t += 1
+                out[i, j, k] = best
+    return out

@@ -92,19 +92,21 @@ def _thickness_r2(phase, spacing, device, box_lo, box_hi, r2keep):
     """Squared-radius map of the box; ``phase`` is on ``device``. Returns (r2 map, d2max)."""
     eps = 0.0 if _is_integer_spacing(spacing) else _PRUNE_EPS
     impl = _backend(device)
-    d2 = impl.edt_sq(phase, spacing)
     if device == "cuda":
+        d2 = impl.edt_sq(phase, spacing)
         cand = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps)
         r2max = float(d2.ravel()[cand].max()) if cand.size else 0.0
         if r2max > r2keep:
             return None, r2max
         return impl.paint(d2, cand, spacing, box_lo, box_hi), r2max
-    # CPU: pruning also marks each kept centre's "uphill" neighbours, for the painter
+    # CPU: work arrays reused across calls (none of them leaves this call: _finish makes
+    # the result); pruning also marks each kept centre's "uphill" neighbours, for the painter
+    d2 = impl.edt_sq(phase, spacing, reuse=True)
     cand, uphill = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps, with_uphill=True)
     r2max = float(d2.reshape(-1)[cand].max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max
-    return impl.paint(d2, cand, spacing, box_lo, box_hi, uphill=uphill), r2max
+    return impl.paint(d2, cand, spacing, box_lo, box_hi, uphill=uphill, reuse=True), r2max
 
 
 def _finish(r2, device):
