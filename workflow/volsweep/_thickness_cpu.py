@@ -44,7 +44,8 @@ def _kernels():
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return {name: getattr(k, name) for name in
-            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits", "disc_skip_masks", "disc_skip_masks_bits", "edt_axis12")}
+            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits", "disc_skip_masks", "disc_skip_masks_bits", "edt_axis12",
+             "slab_lists_par", "kept_centres", "finish_lut")}
 
 
 # Work arrays reused from call to call (per thread, one set for the last shape): a fresh
@@ -124,9 +125,9 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     mask = _scratch("prune_mask", d2.shape, np.uint32)
     k["prune"](d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
-    cand = np.flatnonzero(mask)
+    cand, bits = k["kept_centres"](mask)
     if with_uphill:
-        return cand, mask.reshape(-1)[cand]
+        return cand, bits
     return cand
 
 
@@ -176,8 +177,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     # rowstart[ic * n1 + jc]: first candidate of row (ic, jc) (candidates are sorted).
     if method == "bits":
         g = BITS_SLAB
-        start, lists, ext = k["slab_lists"](ci, r2s, ranks, values.size, sx, int(box_lo[0]),
-                                            int(box_hi[0]), g)
+        start, lists, ext = k["slab_lists_par"](ci, r2s, ranks, values.size, sx,
+                                                int(box_lo[0]), int(box_hi[0]), g)
         if is_integer_spacing(spacing) and values[-1] < _INT_TABLE_MAX:
             si = tuple(int(s) for s in (sx, sy, sz))
             rmax = int(values[-1])
@@ -264,6 +265,8 @@ def finish(ranks: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Float32 diameter from a rank map: 2*sqrt(values[rank - 1]), 0 where rank is 0."""
     lut = np.zeros(values.size + 1, np.float32)
     lut[1:] = (2.0 * np.sqrt(values)).astype(np.float32)
+    if ranks.ndim == 3 and ranks.size > 1 << 16:
+        return _kernels()["finish_lut"](ranks, lut, np.empty(ranks.shape, np.float32))
     return lut[ranks]
 
 

@@ -735,11 +735,16 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, r2i, need2, sxi):
     # more, so the largest D2(q) per such class (at most 12) decides.
     n = ci.size
     out = np.zeros(n, np.uint64)
-    for m in prange(n):
+    chunk = 4096  # work buffers once per chunk of centres, not per centre
+    for c0 in prange((n + chunk - 1) // chunk):
+      best = np.empty(12, np.int64)
+      rho = np.empty(64, np.int64)
+      nv = np.empty((4, 64), np.int64)
+      for m in range(c0 * chunk, min(n, (c0 + 1) * chunk)):
         h = ext[m]
         if h < 0 or h >= 32:
             continue
-        best = np.full(12, -1, np.int64)
+        best[:] = -1
         v = bits[m] & np.uint32(0x7FFFFFF)
         while v:
             t = trailing_zeros(v)
@@ -753,11 +758,9 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, r2i, need2, sxi):
                 best[c] = b
         rp = r2i[m]
         nd = 2 * h + 1
-        rho = np.empty(nd, np.int64)
         for d in range(-h, h + 1):
             dd = d * sxi
             rho[d + h] = rp - dd * dd
-        nv = np.empty((4, nd), np.int64)
         for t in range(4):
             tt = (t >> 1) * 3 + (t & 1)
             for x in range(nd):
@@ -832,4 +835,97 @@ def edt_axis12(fin, sy, sz, out):
                         break
                     t += 1
                 out[i, j, k] = best
+    return out
+
+
+
+@njit(cache=True, parallel=True)
+def slab_lists_par(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
+    # slab_lists with the bucketing done per slab in parallel (each slab scans the
+    # centres in decreasing rank and keeps those whose ball reaches it): same lists.
+    n = ranks.size
+    cnt = np.zeros(nvals + 2, np.int64)
+    for m in range(n):
+        cnt[ranks[m]] += 1
+    pos = np.empty(nvals + 2, np.int64)
+    s = 0
+    for r in range(nvals + 1, -1, -1):
+        pos[r] = s
+        s += cnt[r]
+    order = np.empty(n, np.int64)
+    for m in range(n):
+        r = ranks[m]
+        order[pos[r]] = m
+        pos[r] += 1
+    ext = np.empty(n, np.int64)
+    # each ball's plane range [a, b] in rank order (empty when a > b), read sequentially
+    # by every slab below
+    pa = np.empty(n, np.int64)
+    pb = np.empty(n, np.int64)
+    for t in prange(n):
+        m = order[t]
+        h = half(0.0, r2s[m], sx)
+        ext[m] = h
+        pa[t] = ci[m] - h if h >= 0 else hi0
+        pb[t] = ci[m] + h if h >= 0 else lo0 - 1
+    nslab = (hi0 - lo0 + g - 1) // g
+    start = np.zeros(nslab + 1, np.int64)
+    for sl in prange(nslab):
+        p0 = lo0 + sl * g
+        p1 = min(p0 + g, hi0) - 1
+        c = 0
+        for t in range(n):
+            if pa[t] <= p1 and pb[t] >= p0:
+                c += 1
+        start[sl + 1] = c
+    for sl in range(nslab):
+        start[sl + 1] += start[sl]
+    lists = np.empty(start[nslab], np.int64)
+    for sl in prange(nslab):
+        p0 = lo0 + sl * g
+        p1 = min(p0 + g, hi0) - 1
+        f = start[sl]
+        for t in range(n):
+            if pa[t] <= p1 and pb[t] >= p0:
+                lists[f] = order[t]
+                f += 1
+    return start, lists, ext
+
+
+@njit(cache=True, parallel=True)
+def kept_centres(mask):
+    # np.flatnonzero(mask) and mask's values there, in parallel over planes.
+    n0, n1, n2 = mask.shape
+    cnt = np.zeros(n0 + 1, np.int64)
+    for i in prange(n0):
+        c = 0
+        for j in range(n1):
+            for k in range(n2):
+                if mask[i, j, k] != 0:
+                    c += 1
+        cnt[i + 1] = c
+    for i in range(n0):
+        cnt[i + 1] += cnt[i]
+    cand = np.empty(cnt[n0], np.int64)
+    vals = np.empty(cnt[n0], mask.dtype)
+    for i in prange(n0):
+        f = cnt[i]
+        for j in range(n1):
+            for k in range(n2):
+                v = mask[i, j, k]
+                if v != 0:
+                    cand[f] = (i * n1 + j) * n2 + k
+                    vals[f] = v
+                    f += 1
+    return cand, vals
+
+
+@njit(cache=True, parallel=True)
+def finish_lut(ranks, lut, out):
+    # out = lut[ranks], in parallel over planes.
+    n0, n1, n2 = ranks.shape
+    for i in prange(n0):
+        for j in range(n1):
+            for k in range(n2):
+                out[i, j, k] = lut[ranks[i, j, k]]
     return out
