@@ -190,7 +190,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
             else:
                 # balls of < 32 slices (all, at 250^3) use the masks; larger ones test
                 # each disc against their lists of uphill neighbours
-                skipm = k["disc_skip_masks_bits"](d2, ci, cj, ck, uphill, ext, r2i, need2, si[0])
+                skipm = k["disc_skip_masks_bits"](d2, ci, cj, ck, uphill, ext, ranks,
+                                                  values.astype(np.int64), need2, si[0])
                 if ext.size and ext.max() >= 32:
                     ustart, ucode = k["uphill_from_bits"](d2, ci, cj, ck, uphill)
                 else:

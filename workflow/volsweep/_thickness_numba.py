@@ -729,55 +729,67 @@ def disc_skip_masks(ext, r2i, ustart, ucode, need2, sxi):
 
 
 @njit(cache=True, parallel=True)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, r2i, need2, sxi):
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, need2, sxi):
     # disc_skip_masks straight from prune's neighbour bits: the test depends on a
-    # neighbour only through (ex, |ey|*3 + |ek|) and D2(q), and a larger D2(q) contains
-    # more, so the largest D2(q) per such class (at most 12) decides.
+    # neighbour only through its class (ex, |ey|*3 + |ek|) and D2(q), and a larger D2(q)
+    # contains more, so the largest D2(q) per class (at most 12) decides.  The disc at
+    # plane offset d lies inside q's iff D2(q) > need2[t, D2(p) - (d*sx)^2] + ((d-ex)*sx)^2,
+    # a threshold that depends only on D2(p) (vals[rank - 1]): tabulated per distinct value.
     n = ci.size
-    out = np.zeros(n, np.uint64)
-    chunk = 4096  # work buffers once per chunk of centres, not per centre
-    for c0 in prange((n + chunk - 1) // chunk):
-      best = np.empty(12, np.int64)
-      rho = np.empty(64, np.int64)
-      nv = np.empty((4, 64), np.int64)
-      for m in range(c0 * chunk, min(n, (c0 + 1) * chunk)):
-        h = ext[m]
-        if h < 0 or h >= 32:
+    nv = vals.size
+    th = np.zeros((nv, 12, 64), np.int64)
+    for r in prange(nv):
+        rp = vals[r]
+        h = ext_of(rp, sxi)
+        if h >= 32:
             continue
-        best[:] = -1
-        v = bits[m] & np.uint32(0x7FFFFFF)
-        while v:
-            t = trailing_zeros(v)
-            v &= v - np.uint32(1)
-            di = t // 9 - 1
-            dj = (t // 3) % 3 - 1
-            dk = t % 3 - 1
-            b = np.int64(d2[ci[m] + di, cj[m] + dj, ck[m] + dk])
-            c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
-            if b > best[c]:
-                best[c] = b
-        rp = r2i[m]
-        nd = 2 * h + 1
-        for d in range(-h, h + 1):
-            dd = d * sxi
-            rho[d + h] = rp - dd * dd
-        for t in range(4):
-            tt = (t >> 1) * 3 + (t & 1)
-            for x in range(nd):
-                nv[t, x] = need2[tt, rho[x]]
-        mask = np.uint64(0)
         for c in range(12):
-            rq = best[c]
-            if rq < 0:
-                continue
             ex = c // 4 - 1
             t = c % 4
+            tt = (t >> 1) * 3 + (t & 1)
             for d in range(-h, h + 1):
+                dd = d * sxi
                 dq = (d - ex) * sxi
-                f = rq - dq * dq > nv[t, d + h]
-                mask |= np.uint64(f) << np.uint64(d + h)
-        out[m] = mask
+                th[r, c, d + h] = need2[tt, rp - dd * dd] + dq * dq
+    out = np.zeros(n, np.uint64)
+    chunk = 4096  # one work buffer per chunk of centres, not per centre
+    for c0 in prange((n + chunk - 1) // chunk):
+        best = np.empty(12, np.int64)
+        for m in range(c0 * chunk, min(n, (c0 + 1) * chunk)):
+            h = ext[m]
+            if h < 0 or h >= 32:
+                continue
+            best[:] = -1
+            v = bits[m] & np.uint32(0x7FFFFFF)
+            while v:
+                t = trailing_zeros(v)
+                v &= v - np.uint32(1)
+                di = t // 9 - 1
+                dj = (t // 3) % 3 - 1
+                dk = t % 3 - 1
+                b = np.int64(d2[ci[m] + di, cj[m] + dj, ck[m] + dk])
+                c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
+                if b > best[c]:
+                    best[c] = b
+            r = ranks[m] - 1
+            mask = np.uint64(0)
+            for c in range(12):
+                rq = best[c]
+                if rq < 0:
+                    continue
+                for x in range(2 * h + 1):
+                    mask |= np.uint64(rq > th[r, c, x]) << np.uint64(x)
+            out[m] = mask
     return out
+
+
+@njit(cache=True, inline="always")
+def ext_of(r2, sxi):
+    # half(0, r2, sx) at integer spacing: the largest h with (h*sx)^2 < r2, -1 if none.
+    h = np.int64(math.sqrt(r2) / sxi) + 1
+    while h >= 0 and (h * sxi) * (h * sxi) >= r2:
+        h -= 1
+    return h
 
 
 @njit(cache=True, parallel=True)
