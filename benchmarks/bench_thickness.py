@@ -283,6 +283,13 @@ def bench_cpu(args, log):
     shape = (args.size,) * 3
     phase = blobs(shape, seed=0)
     T.local_thickness(phase[:32, :32, :32])  # compile numba kernels (cached on disk)
+    # One untimed call at full size (reported): it allocates the work arrays that the
+    # following calls reuse, as a caller in a loop sees them.
+    t0 = time.perf_counter()
+    T.local_thickness(phase)
+    t_first = time.perf_counter() - t0
+    log(f"  volsweep first call at {shape} (allocates work arrays): {t_first:.2f} s")
+    res["volsweep_first_call_s"] = t_first
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()

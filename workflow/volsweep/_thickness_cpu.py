@@ -45,7 +45,7 @@ def _kernels():
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return {name: getattr(k, name) for name in
             ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits", "disc_skip_masks", "disc_skip_masks_bits", "edt_axis12",
-             "slab_lists_par", "kept_centres", "finish_lut")}
+             "slab_lists_par", "kept_centres", "finish_lut", "finite_max", "zero_fill")}
 
 
 # Work arrays reused from call to call (per thread, one set for the last shape): a fresh
@@ -119,7 +119,8 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     """
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
-    r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
+    r2need = float(k["finite_max"](d2)) if d2.ndim == 3 else float(
+        np.max(d2, where=np.isfinite(d2), initial=0.0))
     levels, need, r2cap = prune_table(r2need, spacing)
     levlut = level_lut(levels, r2cap, spacing)
     mask = _scratch("prune_mask", d2.shape, np.uint32)
@@ -154,7 +155,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     if reuse:  # this thread's work array, overwritten by the next reuse=True call
         out = _scratch("paint_ranks", shape, np.uint32)
-        out.fill(0)
+        k["zero_fill"](out)
     else:
         out = np.zeros(shape, np.uint32)
     n0, n1, n2 = d2.shape

@@ -941,3 +941,26 @@ def finish_lut(ranks, lut, out):
             for k in range(n2):
                 out[i, j, k] = lut[ranks[i, j, k]]
     return out
+
+
+@njit(cache=True, parallel=True)
+def finite_max(a):
+    # max of the finite values of a 3D array (0.0 when there is none), in parallel.
+    n0 = a.shape[0]
+    part = np.zeros(n0, np.float64)
+    for i in prange(n0):
+        m = 0.0
+        for j in range(a.shape[1]):
+            for k in range(a.shape[2]):
+                v = a[i, j, k]
+                if v > m and v != np.inf:
+                    m = v
+        part[i] = m
+    return part.max() if n0 else 0.0
+
+
+@njit(cache=True, parallel=True)
+def zero_fill(out):
+    for i in prange(out.shape[0]):
+        out[i] = 0
+    return out
