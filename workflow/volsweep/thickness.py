@@ -32,6 +32,7 @@ import numbers
 import numpy as np
 
 from .backend import get_array_module, is_cupy_array, resolve_device, to_device, to_numpy
+from .validation import check_spacing as _check_spacing
 
 __all__ = [
     "local_thickness",
@@ -52,16 +53,6 @@ _KEEP_SLACK = 1e-9
 
 
 # --------------------------------------------------------------------------- validation
-def _check_spacing(spacing) -> tuple[float, float, float]:
-    try:
-        vals = tuple(float(s) for s in spacing)
-    except TypeError:
-        raise TypeError(f"spacing must be a sequence of 3 positive numbers, got spacing={spacing!r}") from None
-    if len(vals) != 3 or not all(math.isfinite(s) and s > 0 for s in vals):
-        raise ValueError(f"spacing must be 3 positive finite numbers, got spacing={tuple(spacing)!r}")
-    return vals
-
-
 def _check_binary(binary, name: str = "binary"):
     if not hasattr(binary, "dtype") or not hasattr(binary, "ndim"):
         binary = np.asarray(binary)

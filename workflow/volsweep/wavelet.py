@@ -28,6 +28,8 @@ import math
 
 import numpy as np
 
+from .validation import check_positive, check_spacing  # noqa: F401 (re-exported)
+
 #: Relative (to the spectrum's peak) size below which an aliased image is dropped.
 ALIAS_TOL = 1e-8
 #: Truncation of the reference kernel, in units of the Gaussian envelope (DESIGN.md).
@@ -50,25 +52,6 @@ def _p_cut(tol: float = ALIAS_TOL) -> float:
 
 
 P_CUT = _p_cut()
-
-
-def check_positive(name: str, value) -> np.ndarray:
-    """``value`` as a float64 array, raising a ValueError naming ``name`` unless all finite and > 0."""
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"{name} must be finite and > 0, got {name}={value!r}")
-    return arr
-
-
-def check_spacing(spacing) -> tuple[float, float, float]:
-    """Spacing as three positive floats; ValueError/TypeError naming ``spacing`` otherwise."""
-    try:
-        sp = tuple(float(s) for s in spacing)
-    except TypeError:
-        raise TypeError(f"spacing must be a sequence of 3 numbers, got spacing={spacing!r}") from None
-    if len(sp) != 3 or not all(math.isfinite(s) and s > 0 for s in sp):
-        raise ValueError(f"spacing must be 3 finite numbers > 0, got spacing={spacing!r}")
-    return sp
 
 
 def axis_vector(theta, phi) -> np.ndarray:
