@@ -260,13 +260,13 @@ def test_public_exports():
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
 def test_cpu_painters_agree(spacing):
     # "bits" (default: decreasing D2, a bit per voxel, discs inside an uphill neighbour's
-    # disc skipped), "uf" and "table" must agree, with and without prune's uphill bits.
+    # disc skipped) and "table" must agree, with and without prune's uphill bits.
     phase = blobs((30, 26, 37), sigma=2.5, seed=11)
     d2 = CPU.edt_sq(phase, spacing)
     cand, up = CPU.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0, with_uphill=True)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (20, 19, 30))]:
         a = CPU.paint(d2, cand, spacing, lo, hi, method="table")
-        for method, kw in [("uf", {}), ("bits", {}), ("bits", {"uphill": up})]:
+        for method, kw in [("bits", {}), ("bits", {"uphill": up})]:
             b = CPU.paint(d2, cand, spacing, lo, hi, method=method, **kw)
             np.testing.assert_array_equal(a[0], b[0])
             np.testing.assert_array_equal(a[1], b[1])

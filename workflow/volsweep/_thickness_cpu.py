@@ -37,15 +37,13 @@ def _threads() -> int:
 
 @functools.cache
 def _kernels():
-    """The numba kernels (compiled once, cached on disk)."""
+    """The module of numba kernels (compiled once, cached on disk)."""
     import numba
 
-    from volsweep import _thickness_numba as k
+    from volsweep import _thickness_numba
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
-    return {name: getattr(k, name) for name in
-            ("edt_axis0", "edt_axis1", "edt_axis2", "prune", "paint", "slab_lists", "paint_uf", "paint_bits", "paint_bits_int", "uphill_lists", "uphill_from_bits", "disc_skip_masks", "disc_skip_masks_bits", "edt_axis12",
-             "slab_lists_par", "kept_centres", "finish_lut", "finite_max", "zero_fill")}
+    return _thickness_numba
 
 
 # Work arrays reused from call to call (per thread, one set for the last shape): a fresh
@@ -105,8 +103,8 @@ def edt_sq(phase: np.ndarray, spacing, *, method: str = "auto", reuse: bool = Fa
     k = _kernels()
     a = _scratch("edt_axis0", phase.shape, np.float64)
     b = _scratch("edt_d2", phase.shape, np.float64) if reuse else np.empty(phase.shape, np.float64)
-    k["edt_axis0"](phase, sx, a)
-    k["edt_axis12"](a, sy, sz, b)
+    k.edt_axis0(phase, sx, a)
+    k.edt_axis12(a, sy, sz, b)
     return b
 
 
@@ -119,21 +117,21 @@ def candidates(d2: np.ndarray, spacing, box_lo, box_hi, r2keep: float, eps: floa
     """
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
-    r2need = float(k["finite_max"](d2)) if d2.ndim == 3 else float(
+    r2need = float(k.finite_max(d2)) if d2.ndim == 3 else float(
         np.max(d2, where=np.isfinite(d2), initial=0.0))
     levels, need, r2cap = prune_table(r2need, spacing)
     levlut = level_lut(levels, r2cap, spacing)
     mask = _scratch("prune_mask", d2.shape, np.uint32)
-    k["prune"](d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
+    k.prune(d2, sx, sy, sz, float(eps), *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
-    cand, bits = k["kept_centres"](mask)
+    cand, bits = k.kept_centres(mask)
     if with_uphill:
         return cand, bits
     return cand
 
 
-# Which painter ``paint`` uses: "uf" (balls in decreasing D2, each row a union-find of
-# unassigned voxels, every voxel written once) or "table" (the earlier sparse table of
+# Which painter ``paint`` uses: "bits" (balls in decreasing D2, one assigned bit per voxel,
+# discs inside an uphill neighbour's disc skipped) or "table" (a sparse table of
 # power-of-two spans, all balls in any order, pushed down per plane).  Same result.
 PAINT = "bits"
 # Output planes per slab of the "bits" painter (one slab per task).
@@ -148,14 +146,14 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     ``values[r - 1]``; 0 = not covered.
     """
     method = PAINT if method is None else method
-    if method not in ("bits", "uf", "table"):
-        raise ValueError(f"method must be 'bits', 'uf' or 'table', got method={method!r}")
+    if method not in ("bits", "table"):
+        raise ValueError(f"method must be 'bits' or 'table', got method={method!r}")
     k = _kernels()
     sx, sy, sz = (float(s) for s in spacing)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     if reuse:  # this thread's work array, overwritten by the next reuse=True call
         out = _scratch("paint_ranks", shape, np.uint32)
-        k["zero_fill"](out)
+        k.zero_fill(out)
     else:
         out = np.zeros(shape, np.uint32)
     n0, n1, n2 = d2.shape
@@ -178,7 +176,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
     # rowstart[ic * n1 + jc]: first candidate of row (ic, jc) (candidates are sorted).
     if method == "bits":
         g = BITS_SLAB
-        start, lists, ext = k["slab_lists_par"](ci, r2s, ranks, values.size, sx,
+        start, lists, ext = k.slab_lists_par(ci, r2s, ranks, values.size, sx,
                                                 int(box_lo[0]), int(box_hi[0]), g)
         if is_integer_spacing(spacing) and values[-1] < _INT_TABLE_MAX:
             si = tuple(int(s) for s in (sx, sy, sz))
@@ -186,34 +184,27 @@ def paint(d2: np.ndarray, cand: np.ndarray, spacing, box_lo, box_hi, method=None
             r2i = r2s.astype(np.int64)
             need2 = disc_need_table(rmax, si[1], si[2])
             if uphill is None:
-                ustart, ucode = k["uphill_lists"](d2, ci, cj, ck)
-                skipm = k["disc_skip_masks"](ext, r2i, ustart, ucode, need2, si[0])
+                ustart, ucode = k.uphill_lists(d2, ci, cj, ck)
+                skipm = k.disc_skip_masks(ext, r2i, ustart, ucode, need2, si[0])
             else:
                 # balls of < 32 slices (all, at 250^3) use the masks; larger ones test
                 # each disc against their lists of uphill neighbours
-                skipm = k["disc_skip_masks_bits"](d2, ci, cj, ck, uphill, ext, ranks,
+                skipm = k.disc_skip_masks_bits(d2, ci, cj, ck, uphill, ext, ranks,
                                                   values.astype(np.int64), need2, si[0])
                 if ext.size and ext.max() >= 32:
-                    ustart, ucode = k["uphill_from_bits"](d2, ci, cj, ck, uphill)
+                    ustart, ucode = k.uphill_from_bits(d2, ci, cj, ck, uphill)
                 else:
                     ustart, ucode = np.zeros(cand.size + 1, np.int64), np.zeros(0, np.int64)
-            k["paint_bits_int"](start, lists, ext, ci, cj, ck, r2i, ranks,
+            k.paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks,
                                 si[0], si[1], half_table(rmax, si[1]), half_table(rmax, si[2]),
                                 ustart, ucode, need2, skipm,
                                 *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, out)
         else:
-            k["paint_bits"](start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,
+            k.paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,
                             *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, out)
         return out, values
-    if method == "uf":
-        g = max(1, min(16, (1 << 20) // max(1, 4 * shape[1] * (shape[2] + 1))))
-        start, lists, ext = k["slab_lists"](ci, r2s, ranks, values.size, sx, int(box_lo[0]),
-                                            int(box_hi[0]), g)
-        k["paint_uf"](start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz,
-                      *[int(v) for v in box_lo], *[int(v) for v in box_hi], g, d2, out)
-        return out, values
     rowstart = np.searchsorted(cand, np.arange(n0 * n1 + 1, dtype=np.int64) * n2)
-    k["paint"](rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, *[int(v) for v in box_lo],
+    k.paint(rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, *[int(v) for v in box_lo],
                *[int(v) for v in box_hi], rx, 4 * _threads(), out)
     return out, values
 
@@ -268,7 +259,7 @@ def finish(ranks: np.ndarray, values: np.ndarray) -> np.ndarray:
     lut = np.zeros(values.size + 1, np.float32)
     lut[1:] = (2.0 * np.sqrt(values)).astype(np.float32)
     if ranks.ndim == 3 and ranks.size > 1 << 16:
-        return _kernels()["finish_lut"](ranks, lut, np.empty(ranks.shape, np.float32))
+        return _kernels().finish_lut(ranks, lut, np.empty(ranks.shape, np.float32))
     return lut[ranks]
 
 

@@ -38,65 +38,7 @@ def edt_axis0(phase, sx, out):
                 out[i, j, k] = t
     return out
 
-@njit(cache=True, parallel=True)
-def edt_axis1(fin, sy, out):
-    n0, n1, n2 = fin.shape
-    for i in prange(n0):
-        for j in range(n1):
-            for k in range(n2):
-                best = fin[i, j, k]
-                t = 1
-                while True:
-                    ts = t * sy
-                    c = ts * ts
-                    if c >= best:
-                        break
-                    any_ = False
-                    if j - t >= 0:
-                        v = fin[i, j - t, k] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if j + t < n1:
-                        v = fin[i, j + t, k] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if not any_:
-                        break
-                    t += 1
-                out[i, j, k] = best
-    return out
 
-@njit(cache=True, parallel=True)
-def edt_axis2(fin, sz, out):
-    n0, n1, n2 = fin.shape
-    for i in prange(n0):
-        for j in range(n1):
-            for k in range(n2):
-                best = fin[i, j, k]
-                t = 1
-                while True:
-                    ts = t * sz
-                    c = ts * ts
-                    if c >= best:
-                        break
-                    any_ = False
-                    if k - t >= 0:
-                        v = fin[i, j, k - t] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if k + t < n2:
-                        v = fin[i, j, k + t] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if not any_:
-                        break
-                    t += 1
-                out[i, j, k] = best
-    return out
 
 @njit(cache=True, parallel=True)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
@@ -300,158 +242,9 @@ def paint(rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2, hi0, 
                     M[oj, 0, pos] = 0
     return out
 
-@njit(cache=True)
-def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
-    # Centres in decreasing rank (counting sort), then bucketed by the slabs of g output
-    # planes their ball reaches (stable: every slab's list stays in decreasing rank).
-    n = ranks.size
-    cnt = np.zeros(nvals + 2, np.int64)
-    for m in range(n):
-        cnt[ranks[m]] += 1
-    pos = np.empty(nvals + 2, np.int64)
-    s = 0
-    for r in range(nvals + 1, -1, -1):
-        pos[r] = s
-        s += cnt[r]
-    order = np.empty(n, np.int64)
-    for m in range(n):
-        r = ranks[m]
-        order[pos[r]] = m
-        pos[r] += 1
-    nslab = (hi0 - lo0 + g - 1) // g
-    ext = np.empty(n, np.int64)
-    start = np.zeros(nslab + 1, np.int64)
-    for m in range(n):
-        h = half(0.0, r2s[m], sx)
-        ext[m] = h
-        if h < 0:
-            continue
-        a = max(ci[m] - h, lo0)
-        b = min(ci[m] + h, hi0 - 1)
-        if a > b:
-            continue
-        for sl in range((a - lo0) // g, (b - lo0) // g + 1):
-            start[sl + 1] += 1
-    for sl in range(nslab):
-        start[sl + 1] += start[sl]
-    fill = start[:-1].copy()
-    lists = np.empty(start[nslab], np.int64)
-    for t in range(n):
-        m = order[t]
-        h = ext[m]
-        if h < 0:
-            continue
-        a = max(ci[m] - h, lo0)
-        b = min(ci[m] + h, hi0 - 1)
-        if a > b:
-            continue
-        for sl in range((a - lo0) // g, (b - lo0) // g + 1):
-            lists[fill[sl]] = m
-            fill[sl] += 1
-    return start, lists, ext
 
-@njit(cache=True, inline="always")
-def find(nx, a, b, x):
-    # Root of x in row (a, b): the first unassigned voxel >= x (path halving).
-    while True:
-        y = nx[a, b, x]
-        if y == x:
-            return x
-        z = nx[a, b, y]
-        nx[a, b, x] = z
-        x = z
 
-@njit(cache=True, inline="always")
-def assign(nx, out, cnt, oi, a, b, l, r, rank):
-    # Give every still unassigned voxel of [l, r] in row b of plane a the value rank;
-    # cnt counts the unassigned phase voxels of each (4 rows x 8 voxels) tile.
-    x = find(nx, a, b, l)
-    if x > r:
-        return
-    bt = b >> 2
-    while x <= r:
-        out[oi, b, x] = rank
-        cnt[a, bt, x >> 3] -= 1
-        nx[a, b, x] = x + 1
-        x = find(nx, a, b, x + 1)
-    nx[a, b, l] = x
 
-@njit(cache=True, parallel=True)
-def paint_uf(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2,
-             hi0, hi1, hi2, g, d2, out):
-    # Balls in decreasing rank, per slab of g output planes: the first ball to reach a
-    # voxel has the largest rank among those covering it, so each row keeps "the next
-    # unassigned voxel" (a union-find with path halving) and every voxel is written
-    # once.  Tiles of 4 rows x 8 voxels count their unassigned phase voxels: a band of
-    # up to 4 rows of a ball's disc whose widest chord lies in full tiles is skipped
-    # whole (balls lie inside the phase, so they never need a background voxel).
-    m0, m1, m2 = out.shape
-    nslab = start.size - 1
-    nbj = (m1 + 3) >> 2
-    nbk = (m2 + 7) >> 3
-    for sl in prange(nslab):
-        p0 = lo0 + sl * g
-        p1 = min(p0 + g, hi0)
-        nx = np.empty((p1 - p0, m1, m2 + 1), np.int32)
-        cnt = np.zeros((p1 - p0, nbj, nbk), np.int32)
-        for a in range(p1 - p0):
-            for b in range(m1):
-                for x in range(m2 + 1):
-                    nx[a, b, x] = x
-                for x in range(m2):
-                    if d2[p0 + a, lo1 + b, lo2 + x] > 0.0:
-                        cnt[a, b >> 2, x >> 3] += 1
-        for t in range(start[sl], start[sl + 1]):
-            m = lists[t]
-            r2 = r2s[m]
-            ic = ci[m]
-            j0 = cj[m]
-            k0 = ck[m]
-            rank = ranks[m]
-            h = ext[m]
-            for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
-                x = (i - ic) * sx
-                aa = x * x
-                if not aa < r2:
-                    continue
-                a = i - p0
-                oi = i - lo0
-                hj = half(aa, r2, sy)
-                ja = max(j0 - hj, lo1) - lo1
-                jb = min(j0 + hj, hi1 - 1) - lo1
-                if ja > jb:
-                    continue
-                jc = j0 - lo1
-                for bt in range(ja >> 2, (jb >> 2) + 1):
-                    ra = max(bt << 2, ja)
-                    rb = min((bt << 2) + 3, jb)
-                    # the band's row nearest the centre holds its widest chord
-                    rn = min(max(jc, ra), rb)
-                    y = (rn - jc) * sy
-                    hk = half(aa + y * y, r2, sz)
-                    if hk < 0:
-                        continue
-                    lft = max(k0 - hk, lo2) - lo2
-                    rgt = min(k0 + hk, hi2 - 1) - lo2
-                    if lft > rgt:
-                        continue
-                    full = True
-                    for q in range(lft >> 3, (rgt >> 3) + 1):
-                        if cnt[a, bt, q] != 0:
-                            full = False
-                            break
-                    if full:
-                        continue
-                    for b in range(ra, rb + 1):
-                        y = (b - jc) * sy
-                        hk = half(aa + y * y, r2, sz)
-                        if hk < 0:
-                            continue
-                        lft = max(k0 - hk, lo2) - lo2
-                        rgt = min(k0 + hk, hi2 - 1) - lo2
-                        if lft <= rgt:
-                            assign(nx, out, cnt, oi, a, b, lft, rgt, rank)
-    return out
 
 @njit(cache=True, inline="always")
 def fill_bits(asg, out, a, b, oi, lft, rgt, rank):
@@ -794,7 +587,7 @@ def ext_of(r2, sxi):
 
 @njit(cache=True, parallel=True)
 def edt_axis12(fin, sy, sz, out):
-    # edt_axis1 then edt_axis2, one plane i at a time through a plane buffer (one pass
+    # The distance passes along axes 1 then 2, one plane i at a time through a plane buffer (one pass
     # over the volume instead of two; same operations in the same order).
     n0, n1, n2 = fin.shape
     for i in prange(n0):
@@ -853,8 +646,8 @@ def edt_axis12(fin, sy, sz, out):
 
 @njit(cache=True, parallel=True)
 def slab_lists_par(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
-    # slab_lists with the bucketing done per slab in parallel (each slab scans the
-    # centres in decreasing rank and keeps those whose ball reaches it): same lists.
+    # Per slab of g output planes, the centres whose ball reaches it, in decreasing rank
+    # (each slab scans the centres in parallel with the others).
     n = ranks.size
     cnt = np.zeros(nvals + 2, np.int64)
     for m in range(n):
