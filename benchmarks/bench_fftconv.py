@@ -21,6 +21,7 @@ import numpy as np
 import scipy
 import scipy.signal
 
+from _timing import cuda_times
 from volsweep import fftconvolve
 from volsweep.fftconv import MemoryLimitError, estimate_peak_bytes
 
@@ -98,16 +99,7 @@ def measure_cpu(fn, repeat):
 def measure_gpu(fn, repeat):
     import cupy as cp
 
-    fn()  # warm-up: plans, kernels
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    times = cuda_times(fn, repeat)  # after one warm-up call (plans, kernels)
     # peak: a fresh pool, plan cache cleared, the allocator hooked
     pool = cp.cuda.MemoryPool()
     peak = [0]

@@ -41,27 +41,15 @@ from volsweep.engine import _parseval_weights, kernel_params, unique_kernels  # 
 import cupy as cp  # noqa: E402
 import cupyx.scipy.fft as cfft  # noqa: E402
 
+from _timing import cuda_times, kernel_grid
+
 #: (general kernel KB, pruning MODE, iso KB, waves): the variants timed.
 VARIANTS = [(2, 1, 8, 2), (2, 2, 8, 2), (1, 2, 8, 2), (4, 2, 8, 2), (2, 2, 8, 1), (2, 2, 8, 4)]
 
 
 def _time(fn, reps):
-    fn()
-    cp.cuda.get_current_stream().synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
+    out = cuda_times(fn, reps)
     return statistics.median(out), out
-
-
-def _grid(k):
-    m = int(math.ceil(math.sqrt(k)))
-    return np.linspace(-1.4, 1.4, m), np.arange(m) * np.pi / m
 
 
 def ref_sum(pw64, N, a, theta, phi, xi, spacing):
@@ -128,7 +116,7 @@ def main(argv=None):
     vol = cp.asarray(rng.random(N, dtype=np.float32))
     B = cfft.rfftn(vol)
     pw = _parseval_weights(B, N, cp).astype(cp.float32)
-    theta, phi = _grid(args.kernels)
+    theta, phi = kernel_grid(args.kernels)
     K = len(theta) * len(phi)
     k8 = max(1, K // 8)
     sets = {}

@@ -37,30 +37,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "workflow"))
 from volsweep import sweep  # noqa: E402
 from volsweep.wavelet import sample_kernel  # noqa: E402
 
-
-def _grid(n_kernels):
-    """θ, φ with no duplicate kernels (θ strictly inside (−π/2, π/2), φ in [0, π))."""
-    m = int(math.ceil(math.sqrt(n_kernels)))
-    theta = np.linspace(-1.4, 1.4, m)
-    phi = np.arange(m) * np.pi / m
-    return theta, phi
+from _timing import cuda_times, kernel_grid
 
 
 def _gpu_time(fn, reps, warm=1):
-    import cupy as cp
-
-    for _ in range(warm):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return statistics.median(out)
+    return statistics.median(cuda_times(fn, reps, warm))
 
 
 def _wall(fn, reps, warm=1):
@@ -101,7 +82,7 @@ def bench_gpu(args, res):
     rng = np.random.default_rng(0)
     vol = cp.asarray(rng.random(shape, dtype=np.float32))
     vbytes = vol.nbytes
-    theta, phi = _grid(args.kernels)
+    theta, phi = kernel_grid(args.kernels)
     K = len(theta) * len(phi)
     g = res["gpu"]
     g.update(shape=list(shape), kernels=K, a=args.a, xi=args.xi)
@@ -185,7 +166,7 @@ def bench_gpu(args, res):
 
         t_nested = _gpu_time(step, 1, warm=0)
         v2d = cp.asarray(v2.astype(np.float32))
-        th2, ph2 = _grid(64)
+        th2, ph2 = kernel_grid(64)
         kw = dict(a=1.0, mode="reflect", device="cuda", progress=False)
         sweep(v2d, th2, ph2, [2.0], **kw)
         t64 = _gpu_time(lambda: sweep(v2d, th2, ph2, [2.0], **kw), 3, warm=0)
@@ -208,7 +189,7 @@ def bench_parseval(args, res):
     shape = tuple(args.shape)
     rng = np.random.default_rng(0)
     vol = cp.asarray(rng.random(shape, dtype=np.float32))
-    theta, phi = _grid(args.kernels)
+    theta, phi = kernel_grid(args.kernels)
     K = len(theta) * len(phi)
     out = g["parseval_xi"] = {}
     t_irfft = None
@@ -253,7 +234,7 @@ def bench_cpu(args, res):
     shape = tuple(args.cpu_shape)
     rng = np.random.default_rng(1)
     vol = rng.random(shape).astype(np.float32)
-    theta, phi = _grid(args.cpu_kernels)
+    theta, phi = kernel_grid(args.cpu_kernels)
     K = len(theta) * len(phi)
     c = res["cpu"] = dict(shape=list(shape), kernels=K, cores=os.cpu_count(), scipy=scipy.__version__,
                           processor=platform.processor() or platform.machine(), xi=args.xi, a=args.a,

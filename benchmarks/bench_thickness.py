@@ -40,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from volsweep import thickness as T  # noqa: E402
 
+from _timing import cuda_times  # noqa: E402
+
 
 def blobs(shape, porosity=0.5, blobiness=1.0, seed=0):
     from scipy import ndimage as ndi
@@ -128,22 +130,6 @@ def ltedt_gpu(phase_cp):
     return out
 
 
-def cuda_time(fn, n, warm=3):
-    import cupy as cp
-
-    for _ in range(warm):
-        fn()
-    times = []
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(n):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return times
-
-
 def bench_gpu(args, log):
     import cupy as cp
 
@@ -163,7 +149,7 @@ def bench_gpu(args, log):
     cp.cuda.Device().synchronize()
     free0 = cp.cuda.runtime.memGetInfo()[0]
     pool0 = pool.total_bytes()
-    times = cuda_time(lambda: T.local_thickness(phase), args.calls, warm=0)
+    times = cuda_times(lambda: T.local_thickness(phase), args.calls, warm=0)
     free1 = cp.cuda.runtime.memGetInfo()[0]
     pool1 = pool.total_bytes()
     med = statistics.median(times)
@@ -216,7 +202,7 @@ def bench_gpu(args, log):
             T.local_thickness(phase)
         cp.cuda.Device().synchronize()
         p0 = pool.total_bytes()
-        tr = cuda_time(lambda: T.local_thickness(phase), args.calls, warm=0)
+        tr = cuda_times(lambda: T.local_thickness(phase), args.calls, warm=0)
         cp.cuda.Device().synchronize()
         p1 = pool.total_bytes()
         G.PAINT = default_painter
@@ -254,7 +240,7 @@ def bench_gpu(args, log):
     if args.big:
         big_np = blobs((800, 800, 200), seed=1)
         big = cp.asarray(big_np)
-        tb = cuda_time(lambda: T.local_thickness(big), 3, warm=1)
+        tb = cuda_times(lambda: T.local_thickness(big), 3, warm=1)
         res["blobs_800x800x200"] = {"median_s": statistics.median(tb), "times_s": tb,
                                     "r_max": T.max_inscribed_radius(big),
                                     "peak_pool_bytes": pool.total_bytes()}
@@ -265,7 +251,7 @@ def bench_gpu(args, log):
             if painter == default_painter:
                 continue
             G.PAINT = painter
-            tb = cuda_time(lambda: T.local_thickness(big), 3, warm=1)
+            tb = cuda_times(lambda: T.local_thickness(big), 3, warm=1)
             same = bool((T.local_thickness(big) == ref).all())
             G.PAINT = default_painter
             res["blobs_800x800x200"][f"{painter}_painter"] = {
