@@ -28,7 +28,7 @@ import numpy as np
 from . import backend as _be
 from . import wavelet as _wv
 from .stats import STATS, Partial, check_stats, finalize, merge
-from .tiling import MODES, next_fast_len, plan_tiles, read_block, tile_shape_for_budget
+from .tiling import MODES, fast_shape, next_fast_len, plan_tiles, read_block, tile_shape_for_budget
 
 log = logging.getLogger("volsweep")
 
@@ -391,6 +391,29 @@ def _angles_of(u):
 
 
 # ----------------------------------------------------------------------------- driver
+def _bytes_per_voxel(orientation_map: bool) -> int:
+    return BYTES_PER_PADDED_VOXEL + (BYTES_PER_OMAP_VOXEL if orientation_map else 0)
+
+
+def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
+                 truncate=_wv.DEFAULT_TRUNCATE, orientation_map=False) -> tuple[int, int]:
+    """Bytes :func:`sweep` plans for the untiled volume and for its smallest (1-voxel) tile.
+
+    The same model :func:`sweep` tiles by under ``memory_limit``.
+
+    Examples
+    --------
+    >>> untiled, smallest = memory_needs((40, 30, 20), [0.0], [0.0], [1.0])
+    >>> untiled > smallest
+    True
+    """
+    halo = _wv.halo_for(a, np.atleast_1d(np.asarray(xi, dtype=np.float64)), theta, phi,
+                        _wv.check_spacing(spacing), truncate)
+    bpv = _bytes_per_voxel(orientation_map)
+    return (math.prod(fast_shape(shape, halo)) * bpv,
+            math.prod(fast_shape((1,) * len(shape), halo)) * bpv)
+
+
 def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
           truncate=_wv.DEFAULT_TRUNCATE, stats=STATS, device="auto", memory_limit=None,
           progress=True, orientation_map=False):
@@ -469,7 +492,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     # --- kernels, halo, blocks
     ks = unique_kernels(theta, phi, xi_arr)
     halo = _wv.halo_for(a, xi_arr, theta, phi, spacing, truncate)
-    bpv = BYTES_PER_PADDED_VOXEL + (BYTES_PER_OMAP_VOXEL if orientation_map else 0)
+    bpv = _bytes_per_voxel(orientation_map)
     if dev == "cuda":
         from . import _engine_gpu
 

@@ -18,7 +18,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import signal
 import time
@@ -28,7 +27,8 @@ import numpy as np
 
 from volsweep.io import datasets
 from volsweep.io.readers import open_volume, source_sha256, volume_where
-from volsweep.io.store import atomic_dir, create_store, ingest, open_store
+from volsweep.io.atomic import atomic_dir, atomic_file
+from volsweep.io.store import create_store, ingest, open_store
 from volsweep.products import with_products
 from volsweep.tiling import plan_tiles
 
@@ -128,15 +128,6 @@ def provenance(config: dict) -> dict:
     return {"config_sha256": config_sha256(config), **package_versions()}
 
 
-def _atomic_path(path) -> Path:
-    """A temporary sibling of ``path``; a killed earlier attempt's temporaries are removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # one job writes a path at a time
-        stale.unlink(missing_ok=True)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_mb: float):
     """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``."""
     source = open_volume(entry, name, memory_budget=memory_budget_mb * 2**20)
@@ -170,7 +161,7 @@ def sweep_block(volume_zarr, out_nc, *, theta, phi, xi, a, mode, truncate, stats
     With ``orientation_zarr``, also the block's per-voxel maximum response and
     its (θ, φ, ξ) indices, θ counted over the whole grid (``theta_offset``).
     """
-    from volsweep.engine import sweep
+    from volsweep.engine import memory_needs, sweep
 
     store, spacing = _volume(volume_zarr)
     volume = store[...]
@@ -178,8 +169,8 @@ def sweep_block(volume_zarr, out_nc, *, theta, phi, xi, a, mode, truncate, stats
     run = functools.partial(sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi), a=a,
                             spacing=spacing, mode=mode, stats=tuple(stats), device=device,
                             progress=True, orientation_map=orientation_zarr is not None, **kwargs)
-    untiled, smallest = _sweep_needs(volume.shape, a=a, xi=xi, theta=theta, phi=phi, spacing=spacing,
-                                     truncate=truncate, orientation_map=orientation_zarr is not None)
+    untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
+                                     orientation_map=orientation_zarr is not None, **kwargs)
     ds = _sweep_halving_on_oom(run, None if memory_budget_mb is None else memory_budget_mb * MB,
                                untiled, smallest)
     if orientation_zarr is not None:
@@ -199,18 +190,6 @@ def _out_of_memory_errors() -> tuple:
     except ImportError:
         pass
     return tuple(errors)
-
-
-def _sweep_needs(shape, *, a, xi, theta, phi, spacing, truncate, orientation_map):
-    """Bytes the engine plans for the untiled volume and for its smallest (1-voxel) tile."""
-    from volsweep.engine import BYTES_PER_OMAP_VOXEL, BYTES_PER_PADDED_VOXEL
-    from volsweep.tiling import fast_shape
-    from volsweep.wavelet import DEFAULT_TRUNCATE, halo_for
-
-    halo = halo_for(a, xi, theta, phi, spacing, DEFAULT_TRUNCATE if truncate is None else truncate)
-    bpv = BYTES_PER_PADDED_VOXEL + (BYTES_PER_OMAP_VOXEL if orientation_map else 0)
-    return (math.prod(fast_shape(shape, halo)) * bpv,
-            math.prod(fast_shape((1,) * len(shape), halo)) * bpv)
 
 
 def _sweep_halving_on_oom(run, limit, untiled, smallest):
@@ -271,18 +250,17 @@ def merge_orientation(block_zarrs, out_zarr, *, theta, phi, xi, provenance: dict
     result is the lowest flat index among the maxima, as within a block.
     """
     require_complete(block_zarrs, "orientation block")
-    for path in block_zarrs:
-        group = zarr_group(path)
+    blocks = [zarr_group(p) for p in block_zarrs]
+    for path, group in zip(block_zarrs, blocks):
         for name in ("0",) + ORIENTATION_VARS[1:]:
             missing = _missing_shards(group[name], Path(path) / name)
             if missing:
                 raise IncompleteError(f"{path}: {name} has {len(missing)} shard(s) never written: "
                                       f"{', '.join(missing[:3])}")
-    ref = zarr_group(block_zarrs[0])["0"]
+    ref = blocks[0]["0"]
     attrs = {"theta": list(map(float, theta)), "phi": list(map(float, phi)),
              "xi": list(map(float, xi)), **provenance,
              "tie_rule": "lowest flat (theta, phi, xi) index among equal maxima"}
-    blocks = [zarr_group(p) for p in block_zarrs]
     with atomic_dir(Path(out_zarr)) as tmp:
         out = _create_orientation(tmp, ref.shape, chunks=ref.chunks, shards=ref.shards,
                                   spacing=tuple(ref.attrs["spacing"]), attrs=attrs)
@@ -300,27 +278,20 @@ def merge_orientation(block_zarrs, out_zarr, *, theta, phi, xi, provenance: dict
                 out[name][tile.core] = part
 
 
-def _phase(block, threshold, label, invert):
-    mask = block == label if label is not None else block > threshold
-    return ~mask if invert else mask
-
-
 def thickness_rmax(volume_zarr, out_json, *, threshold, label, invert, device, name):
     """Rule thickness_rmax: R_max, the largest inscribed radius of the phase (first pass)."""
+    from volsweep.backend import device_name, resolve_device
     from volsweep.thickness import max_inscribed_radius, select_phase
 
     store, spacing = _volume(volume_zarr)
     binary = select_phase(store[...], threshold=threshold, label=label, invert=invert,
                           name=f"volumes.{name}")
     r_max = max_inscribed_radius(binary, spacing=spacing, device=device)
-    from volsweep.backend import device_name, resolve_device
-
     info = {"r_max": float(r_max), "n_voxels": int(binary.size), "n_phase": int(binary.sum()),
             "spacing": list(spacing), "shape": list(binary.shape),
             "device": device_name(resolve_device(device))}
-    tmp = _atomic_path(out_json)
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    os.replace(tmp, out_json)
+    with atomic_file(out_json) as tmp:
+        tmp.write_text(json.dumps(info, indent=2) + "\n")
 
 
 def create_thickness_store(volume_zarr, out_zarr, *, chunks, chunk):
@@ -341,7 +312,7 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, c
     ``.npz`` is the completion marker.  A job killed before it leaves no
     ``.npz``, so Snakemake reruns the chunk, which rewrites the same shards.
     """
-    from volsweep.thickness import local_thickness_core, thickness_halo, value_counts
+    from volsweep.thickness import local_thickness_core, select_phase, thickness_halo, value_counts
 
     store, spacing = _volume(volume_zarr)
     r_max = json.loads(Path(rmax_json).read_text())["r_max"]
@@ -350,18 +321,16 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, index, c
     stop = [min(n, s) for n, s in zip(store.shape, tile.stop)]
     block = store[tuple(slice(a, b) for a, b in zip(start, stop))]
     core_in_block = tuple(slice(c.start - a, c.stop - a) for c, a in zip(tile.core, start))
-    binary = _phase(block, threshold, label, invert)
+    binary = select_phase(block, threshold=threshold, label=label, invert=invert, whole=False)
     lt = local_thickness_core(binary, core_in_block, r_max, spacing=spacing, device=device)
     out = open_store(thickness_zarr, mode="r+")
     out[tile.core] = np.asarray(lt, dtype=np.float32)
     inject_fault("thickness_chunk")
     values, counts = value_counts(lt)
-    tmp = _atomic_path(out_npz)
-    with open(tmp, "wb") as fh:
+    with atomic_file(out_npz) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, values=values, counts=counts, n_voxels=np.int64(np.prod(tile.core_shape)),
                  core_start=np.array([c.start for c in tile.core]),
                  core_stop=np.array([c.stop for c in tile.core]))
-    os.replace(tmp, out_npz)
     log.info("thickness chunk %d: core %s, halo block %s..%s", index, tile.core, start, stop)
 
 

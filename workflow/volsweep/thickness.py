@@ -259,11 +259,14 @@ def local_thickness_core(block, core_in_block, r_max, *, spacing=(1, 1, 1), devi
 
 
 # --------------------------------------------------------------------------- phase selection
-def select_phase(volume, *, threshold=None, label=None, invert=False, name="volume"):
+def select_phase(volume, *, threshold=None, label=None, invert=False, name="volume",
+                 whole=True):
     """The boolean phase of a volume: ``volume > threshold`` or ``volume == label``.
 
     Exactly one of ``threshold`` and ``label`` is given; ``invert`` flips the
     phase.  Works on NumPy and CuPy arrays (the result has the input's type).
+    ``whole=False`` is for a chunk of a volume, which may be all phase or all
+    background: the empty/full check is skipped.
 
     Raises
     ------
@@ -290,6 +293,8 @@ def select_phase(volume, *, threshold=None, label=None, invert=False, name="volu
     if invert:
         phase = ~phase
         rule = f"not ({rule})"
+    if not whole:
+        return phase
     n = int(xp.count_nonzero(phase))
     if n == 0:
         raise ValueError(f"{name}: the selected phase ({rule}) is empty")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
+
+from volsweep.io.atomic import atomic_file
 
 ENGINE = "h5netcdf"
 
@@ -23,14 +24,8 @@ def write_netcdf(ds: xr.Dataset, path) -> None:
     ds.attrs = _netcdf_attrs(ds.attrs)
     for name in ds.variables:
         ds[name].attrs = _netcdf_attrs(ds[name].attrs)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # a killed attempt's; one writer a path
-        stale.unlink(missing_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_file(path) as tmp:
         ds.to_netcdf(tmp, engine=ENGINE)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _netcdf_attrs(attrs: dict) -> dict:

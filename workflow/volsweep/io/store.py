@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from volsweep.io.atomic import atomic_dir
 from volsweep.io.readers import VolumeError
 from volsweep.tiling import plan_tiles
 
@@ -52,23 +50,6 @@ def open_store(path, mode="r"):
     import zarr
 
     return zarr.open_group(str(path), mode=mode)["0"]
-
-
-@contextmanager
-def atomic_dir(final: Path):
-    """Yield a temporary sibling folder, renamed onto ``final`` only on success."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):  # a killed attempt's; one writer a path
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def block_shape_for_budget(shape, aligned_to, bytes_per_voxel: float, budget: float):
