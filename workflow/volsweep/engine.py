@@ -101,15 +101,13 @@ class KernelSet:
 
 
 def unique_kernels(theta, phi, xi) -> KernelSet:
-    """Deduplicate (θ, φ, ξ): ψ depends on (θ, φ) only through ±u, and not at all at ξ = 1.
+    """Deduplicate (θ, φ, ξ): ψ depends on (θ, φ) only through ±u.
 
     Examples
     --------
-    >>> ks = unique_kernels([np.pi / 2, -np.pi / 2], [0.0, 1.0], [2.0])
+    >>> ks = unique_kernels([np.pi / 2, -np.pi / 2], [0.0, 1.0], [1.0])
     >>> len(ks.rep)
     1
-    >>> len(unique_kernels([0.0, 0.5], [0.0, 1.0], [1.0, 2.0]).rep)  # 1 at ξ = 1, 4 at ξ = 2
-    5
     """
     t, p, x = np.meshgrid(theta, phi, xi, indexing="ij")
     u = _wv.axis_vector(t.ravel(), p.ravel())
@@ -120,7 +118,6 @@ def unique_kernels(theta, phi, xi) -> KernelSet:
     sign = np.sign(key[np.arange(len(key)), first])
     sign[sign == 0] = 1.0
     key = np.round(key * sign[:, None], 9) + 0.0
-    key[x == 1.0] = (1.0, 0.0, 0.0)  # at ξ = 1, ψ is isotropic: every u gives the same kernel
     rows = np.concatenate([key, x[:, None]], axis=1)
     _, first_idx, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first_idx)  # unique kernels sorted by their lowest flat index
