@@ -36,3 +36,28 @@ def test_pores_are_balls_of_the_given_radius_and_deterministic():
 def test_no_room_is_an_error():
     with pytest.raises(ValueError, match="no room for a pore of radius=9"):
         synthetic_volume((10, 10, 10), pores=[{"radius": 9}])
+
+
+def _brute_force_fibre(shape, spacing, c, u, r):
+    x, y, z = (np.arange(n, dtype=np.float64).reshape([-1 if k == a else 1 for k in range(3)]) * s
+               for a, (n, s) in enumerate(zip(shape, spacing)))
+    dx, dy, dz = x - c[0], y - c[1], z - c[2]
+    along = dx * u[0] + dy * u[1] + dz * u[2]
+    return dx * dx + dy * dy + dz * dz - along * along < r * r
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_windowed_fibres_equal_the_whole_volume_formula(trial):
+    from volsweep.synthetic import _draw_fibre
+
+    rng = np.random.default_rng(trial)
+    shape = tuple(int(n) for n in rng.integers(7, 29, 3))
+    spacing = rng.uniform(0.4, 2.5, 3)
+    u = fibre_direction(rng.uniform(0, np.pi), rng.uniform(0, np.pi))
+    c = np.array(shape) * spacing * rng.uniform(0.2, 0.8, 3)
+    r = float(rng.uniform(0.7, 4.0))
+    phase = np.zeros(shape, dtype=bool)
+    _draw_fibre(phase, spacing, c, u, r)
+    expected = _brute_force_fibre(shape, spacing, c, u, r)
+    assert expected.any()
+    np.testing.assert_array_equal(phase, expected)

@@ -1,28 +1,71 @@
 """A deterministic synthetic volume: straight cylindrical fibres and spherical pores.
 
-Fibre directions use the wavelet's convention, u(θ, φ) = (cos φ cos θ,
-−sin θ, sin φ cos θ), so a sweep of the demo should find them again.
+Fibre directions use the wavelet's convention (``docs/definitions.md``),
+u(θ, φ) = (cos φ cos θ, −sin θ, sin φ cos θ), so a sweep of the demo should
+find them again.  Each fibre and pore is drawn only inside its bounding
+window, so the cost grows with the shapes' volume, not with the volume's.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from volsweep.wavelet import axis_vector
+
 
 def fibre_direction(theta: float, phi: float) -> np.ndarray:
-    """Unit axis u(θ, φ) of DESIGN.md.
+    """Unit axis u(θ, φ) of a fibre (:func:`volsweep.wavelet.axis_vector`).
 
     Examples
     --------
     >>> fibre_direction(0.0, 0.0)
     array([ 1., -0.,  0.])
     """
-    return np.array([np.cos(phi) * np.cos(theta), -np.sin(theta), np.sin(phi) * np.cos(theta)])
+    return axis_vector(theta, phi)
 
 
-def _coords(shape, spacing):
-    return [np.arange(n, dtype=np.float64).reshape([-1 if k == a else 1 for k in range(3)]) * s
-            for a, (n, s) in enumerate(zip(shape, spacing))]
+def _window(lo, hi, spacing, n):
+    """Voxel indices ``[start, stop)`` whose centres can lie in ``[lo, hi]``."""
+    return max(0, int(np.floor(lo / spacing))), min(n, int(np.ceil(hi / spacing)) + 1)
+
+
+def _draw_fibre(phase, spacing, c, u, radius):
+    """Set the voxels whose centre is closer than ``radius`` to the line ``c + t·u``.
+
+    Walks the axis along which u is steepest; in each of its planes the fibre's
+    section lies within ``radius / |u_k|`` of the line's crossing point.
+    """
+    shape = phase.shape
+    k = int(np.argmax(np.abs(u)))
+    others = [a for a in range(3) if a != k]
+    half = radius / abs(u[k])
+    ik = np.arange(shape[k])
+    t = (ik * spacing[k] - c[k]) / u[k]
+    centre = c[None, :] + t[:, None] * u[None, :]  # crossing point in each plane
+    widths = [int(np.ceil(2 * half / spacing[a])) + 2 for a in others]
+    idx = [None, None, None]
+    idx[k] = ik[:, None, None]
+    inside = np.ones((shape[k], 1, 1), dtype=bool)
+    for n, (a, w) in enumerate(zip(others, widths)):
+        start = np.floor((centre[:, a] - half) / spacing[a]).astype(np.int64)
+        j = start[:, None] + np.arange(w)[None, :]
+        j = j[:, :, None] if n == 0 else j[:, None, :]
+        inside = inside & (j >= 0) & (j < shape[a])
+        idx[a] = np.clip(j, 0, shape[a] - 1)
+    idx = np.broadcast_arrays(*idx)
+    d = [idx[a] * spacing[a] - c[a] for a in range(3)]
+    along = d[0] * u[0] + d[1] * u[1] + d[2] * u[2]
+    dist2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] - along * along
+    hit = inside & (dist2 < radius ** 2)
+    phase[idx[0][hit], idx[1][hit], idx[2][hit]] = True
+
+
+def _draw_ball(phase, spacing, c, radius):
+    box = [_window(c[a] - radius, c[a] + radius, spacing[a], phase.shape[a]) for a in range(3)]
+    x, y, z = (np.arange(lo, hi, dtype=np.float64).reshape([-1 if k == a else 1 for k in range(3)])
+               * spacing[a] - c[a] for a, (lo, hi) in enumerate(box))
+    region = tuple(slice(lo, hi) for lo, hi in box)
+    phase[region] |= x ** 2 + y ** 2 + z ** 2 < radius * radius
 
 
 def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=(1.0, 1.0, 1.0)):
@@ -40,7 +83,7 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
         positions, inside the volume and clear of the fibres and each other.
     seed : int
     noise : float
-        Standard deviation of the additive Gaussian noise.
+        Standard deviation of the additive Gaussian noise (float32 draws).
     spacing : tuple of 3 float
 
     Returns
@@ -55,18 +98,15 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
     """
     rng = np.random.default_rng(seed)
     shape = tuple(int(n) for n in shape)
-    extent = np.array(shape, dtype=np.float64) * np.asarray(spacing, dtype=np.float64)
-    x, y, z = _coords(shape, spacing)
+    spacing = np.asarray(spacing, dtype=np.float64)
+    extent = np.array(shape, dtype=np.float64) * spacing
     phase = np.zeros(shape, dtype=bool)
     axes = []  # (point, direction, radius) of every fibre
     for spec in fibres:
         u = fibre_direction(spec["theta"], spec["phi"])
         for _ in range(int(spec.get("count", 1))):
             c = extent * (0.25 + 0.5 * rng.random(3))
-            dx, dy, dz = x - c[0], y - c[1], z - c[2]
-            along = dx * u[0] + dy * u[1] + dz * u[2]
-            dist2 = dx * dx + dy * dy + dz * dz - along * along
-            phase |= dist2 < spec["radius"] ** 2
+            _draw_fibre(phase, spacing, c, u, float(spec["radius"]))
             axes.append((c, u, spec["radius"]))
     spheres = []
     for spec in pores:
@@ -84,8 +124,10 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
             else:
                 raise ValueError(f"pores: no room for a pore of radius={r} in shape={shape}")
             spheres.append((c, r))
-            phase |= (x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2 < r * r
-    volume = phase.astype(np.float32)
-    if noise > 0:
-        volume += rng.normal(0.0, noise, size=shape).astype(np.float32)
+            _draw_ball(phase, spacing, c, r)
+    if noise <= 0:
+        return phase.astype(np.float32)
+    volume = rng.standard_normal(size=shape, dtype=np.float32)
+    volume *= np.float32(noise)
+    volume[phase] += np.float32(1)
     return volume
