@@ -95,14 +95,14 @@ def test_tiled_equals_untiled(mode):
 def test_duplicates_computed_once_and_broadcast():
     th = [np.pi / 2, -np.pi / 2, 0.3, 0.3 + np.pi]  # poles; u and -u
     ph = [0.0, 1.0]
-    ks = unique_kernels(th, ph, [1.0])
+    ks = unique_kernels(th, ph, [1.5])  # ξ ≠ 1: at ξ = 1 every orientation is one kernel
     assert len(ks.rep) == 3  # pole (x2 θ, x2 φ → 1), θ=0.3 and θ=0.3+π share ±u per φ
     v = _vol((15, 14, 13), seed=7)
-    ds = sweep(v, th, ph, [1.0], device="cpu", progress=False)
+    ds = sweep(v, th, ph, [1.5], device="cpu", progress=False)
     e = ds["energy"].values[:, :, 0]
     assert np.all(e[0] == e[0, 0]) and np.all(e[1] == e[0, 0])
     np.testing.assert_array_equal(e[2], e[3])
-    ref = oracle.sweep_stats(v, [0.3 + np.pi], ph, [1.0])
+    ref = oracle.sweep_stats(v, [0.3 + np.pi], ph, [1.5])
     np.testing.assert_allclose(e[3], ref["energy"][0, :, 0], rtol=1e-4)
 
 
@@ -110,7 +110,7 @@ def test_orientation_map_bruteforce():
     v = _vol((13, 11, 9), seed=8)
     th, ph, xi = [0.0, 0.6, np.pi / 2, -np.pi / 2], [0.0, 1.0], [0.7, 1.5]
     ds = sweep(v, th, ph, xi, a=1.0, spacing=SPACING, device="cpu", progress=False,
-               orientation_map=True)
+               orientation_map=True, orientation_rule="response")
     g = np.stack([oracle.response(v, 1.0, t, p, x, SPACING) for t in th for p in ph for x in xi])
     best = g.max(axis=0)
     assert ds["response_max"].dtype == np.float32 and ds["argmax_theta"].dtype == np.uint16

@@ -80,7 +80,7 @@ def test_gpu_orientation_map_bruteforce():
     v = _vol((13, 11, 9), seed=6)
     th, ph, xi = [0.0, 0.6, np.pi / 2], [0.0, 1.0], [0.7, 1.5]
     ds = sweep(v, th, ph, xi, a=1.0, spacing=SPACING, mode="reflect", device="cuda",
-               progress=False, orientation_map=True)
+               progress=False, orientation_map=True, orientation_rule="response")
     g = np.stack([oracle.response(v, 1.0, t, p, x, SPACING, "reflect")
                   for t in th for p in ph for x in xi])
     best = g.max(axis=0)
@@ -91,7 +91,7 @@ def test_gpu_orientation_map_bruteforce():
     # the chosen kernel attains the max (up to float32), and no lower index does strictly better
     assert np.max(np.abs(chosen - best)) < 1e-5 * best.std()
     gpu_cpu = sweep(v, th, ph, xi, a=1.0, spacing=SPACING, mode="reflect", device="cpu",
-                    progress=False, orientation_map=True)
+                    progress=False, orientation_map=True, orientation_rule="response")
     same = (gpu_cpu["argmax_theta"].values == ds["argmax_theta"].values).mean()
     assert same > 0.99
 

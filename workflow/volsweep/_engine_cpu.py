@@ -41,6 +41,11 @@ import numpy as np
 from llvmlite import ir
 from numba.extending import intrinsic
 
+from . import _plan
+from ._plan import A2, C, DWX, DWY, DWZ, GX, GY, GZ, NP, PCUT, PERX, PERY, PERZ, SCALE, UX, UY, UZ
+from .stats import Partial
+from .tiling import read_block
+
 _F = np.float32
 _I = np.int32
 _LOG2E = _F(1.44269504088896341)
@@ -100,7 +105,7 @@ def fexp(x):
 def spectrum_row(fx, fy, nzh, P, acc, WZ):
     """``acc[kz] = Σ_g p·exp(−p/2)`` along the rfft row at signed indices (fx, fy), unscaled.
 
-    ``P`` is one float32 row of :func:`volsweep.engine.kernel_params`; ``acc`` is
+    ``P`` is one float32 row of :func:`volsweep._plan.kernel_table`; ``acc`` is
     float32 of a length ``≥ nzh`` that is a multiple of ``LANES`` (entries past ``nzh``
     are scratch); ``WZ[iz + gz, kz]`` holds ω_z of image ``iz`` (same length,
     :func:`z_table`).  ξ = 1 has a faster, separable path (:func:`sep_table`).
@@ -112,12 +117,12 @@ def spectrum_row(fx, fy, nzh, P, acc, WZ):
     remainder loop); the few terms computed beyond the interval are below ``ALIAS_TOL``
     and only make the sum more complete.
     """
-    w0x = fx * P[0]
-    w0y = fy * P[1]
-    dwz = np.float64(P[2])
-    perx, pery, perz = P[3], P[4], P[5]
-    ux, uy, uz, a2, c, pcut = P[6], P[7], P[8], P[9], P[10], P[12]
-    gx, gy, gz = int(P[14]), int(P[15]), int(P[16])
+    w0x = fx * P[DWX]
+    w0y = fy * P[DWY]
+    dwz = np.float64(P[DWZ])
+    perx, pery, perz = P[PERX], P[PERY], P[PERZ]
+    ux, uy, uz, a2, c, pcut = P[UX], P[UY], P[UZ], P[A2], P[C], P[PCUT]
+    gx, gy, gz = int(P[GX]), int(P[GY]), int(P[GZ])
     # p = ωᵀMω, M = a²I + c·uuᵀ: min over (ω_y, ω_z) at fixed ω_x is ω_x² / (M⁻¹)_xx.
     a2d, cd, uzd = np.float64(a2), np.float64(c), np.float64(uz)
     mxx = (1.0 - cd * np.float64(ux) ** 2 / (a2d + cd)) / a2d
@@ -167,12 +172,12 @@ def spectrum_row(fx, fy, nzh, P, acc, WZ):
 @nb.njit(fastmath=True, cache=True, nogil=True)
 def z_table(nzh, P):
     """ω_z per image of z and kz, padded to whole LANES blocks."""
-    gz = int(P[16])
+    gz = int(P[GZ])
     WZ = np.empty((2 * gz + 1, -(-nzh // LANES) * LANES), np.float32)
     for i in range(2 * gz + 1):
-        off = _F(i - gz) * P[5]
+        off = _F(i - gz) * P[PERZ]
         for k in range(WZ.shape[1]):
-            WZ[i, k] = _F(k) * P[2] + off
+            WZ[i, k] = _F(k) * P[DWZ] + off
     return WZ
 
 
@@ -216,14 +221,14 @@ _signed = nb.njit(cache=True, nogil=True)(_signed)
 def mul_rows(vr, outr, nx, ny, P, kx0, kx1):
     """``out = V̂ · K̂`` on the planes ``kx0 ≤ kx < kx1``; complex64 arrays viewed as float32 pairs."""
     nzh = vr.shape[2] // 2
-    scale = P[13]
+    scale = P[SCALE]
     acc = np.empty(-(-nzh // LANES) * LANES, np.float32)
     WZ = z_table(nzh, P)
-    iso = P[10] == _ZERO
-    a2 = np.float64(P[9])
-    SX, TX = sep_table(nx, False, np.float64(P[0]), np.float64(P[3]), int(P[14]), a2)
-    SY, TY = sep_table(ny, False, np.float64(P[1]), np.float64(P[4]), int(P[15]), a2)
-    SZ, TZ = sep_table(2 * (nzh - 1), True, np.float64(P[2]), np.float64(P[5]), int(P[16]), a2)
+    iso = P[C] == _ZERO
+    a2 = np.float64(P[A2])
+    SX, TX = sep_table(nx, False, np.float64(P[DWX]), np.float64(P[PERX]), int(P[GX]), a2)
+    SY, TY = sep_table(ny, False, np.float64(P[DWY]), np.float64(P[PERY]), int(P[GY]), a2)
+    SZ, TZ = sep_table(2 * (nzh - 1), True, np.float64(P[DWZ]), np.float64(P[PERZ]), int(P[GZ]), a2)
     for kx in range(kx0, kx1):
         fx = _F(_signed(kx, nx))
         for ky in range(vr.shape[1]):
@@ -243,11 +248,11 @@ def parseval_rows(pw, nx, ny, P, kx0, kx1, out):
     nzh = pw.shape[2]
     acc = np.empty(-(-nzh // LANES) * LANES, np.float32)
     WZ = z_table(nzh, P)
-    iso = P[10] == _ZERO
-    a2 = np.float64(P[9])
-    SX, TX = sep_table(nx, False, np.float64(P[0]), np.float64(P[3]), int(P[14]), a2)
-    SY, TY = sep_table(ny, False, np.float64(P[1]), np.float64(P[4]), int(P[15]), a2)
-    SZ, TZ = sep_table(2 * (nzh - 1), True, np.float64(P[2]), np.float64(P[5]), int(P[16]), a2)
+    iso = P[C] == _ZERO
+    a2 = np.float64(P[A2])
+    SX, TX = sep_table(nx, False, np.float64(P[DWX]), np.float64(P[PERX]), int(P[GX]), a2)
+    SY, TY = sep_table(ny, False, np.float64(P[DWY]), np.float64(P[PERY]), int(P[GY]), a2)
+    SZ, TZ = sep_table(2 * (nzh - 1), True, np.float64(P[DWZ]), np.float64(P[PERZ]), int(P[GZ]), a2)
     for kx in range(kx0, kx1):
         fx = _F(_signed(kx, nx))
         s = 0.0
@@ -375,7 +380,7 @@ def _compile_all():
 
         f32, i32 = np.float32, np.int32
         v = np.zeros((2, 2, 4), f32)
-        P = np.ones(17, f32)
+        P = np.ones(NP, f32)
         wide = _has_avx512()
         with global_compiler_lock, _quiet_remarks():
             if wide:
@@ -424,7 +429,7 @@ def _run(fn, n, *args):
 
 
 class CpuKernels:
-    """Thin parallel front-end to the kernels (what :mod:`volsweep.engine` calls)."""
+    """Thin parallel front-end to the kernels (what :class:`CpuEngine` calls)."""
 
     def __init__(self):
         _compile_all()
@@ -442,7 +447,7 @@ class CpuKernels:
         tot = 0.0
         for r in rows.tolist():  # fixed order
             tot += r
-        scale = float(P[13])
+        scale = float(P[SCALE])
         return tot * scale * scale
 
     @staticmethod
@@ -461,3 +466,87 @@ class CpuKernels:
     @staticmethod
     def update_omap(g, ox, oy, oz, resp, arg, kid):
         _run(lambda lo, hi: omap_planes(g, ox, oy, oz, resp, arg, kid, lo, hi), resp.shape[0])
+
+
+_KERNELS = None
+
+
+def kernels() -> CpuKernels:
+    """The compiled kernels (compiled once per process, cached on disk)."""
+    global _KERNELS
+    if _KERNELS is None:
+        _KERNELS = CpuKernels()
+    return _KERNELS
+
+
+class CpuEngine:
+    """NumPy/scipy.fft (float32, all workers) with numba-fused spectrum and statistics.
+
+    The interface shared with :class:`volsweep._engine_gpu.GpuEngine`: ``name``,
+    ``sync()``, ``default_budget()`` and ``run_block(volume, block, job, progress)`` →
+    ``(Partial, orientation)`` where ``orientation`` is None or a dict of core-shaped
+    arrays: ``response_max``, ``arg`` (unique-kernel index) and, for the local-energy
+    rule, ``local_energy_max``.
+    """
+
+    name = "cpu"
+
+    def sync(self):
+        pass
+
+    @staticmethod
+    def default_budget():
+        return None
+
+    def run_block(self, volume, block, job, progress):
+        import scipy.fft as sfft
+        import scipy.ndimage as ndi
+
+        N = block.fft_shape
+        data = read_block(volume, block.start, tuple(s + n for s, n in zip(block.start, N)),
+                          job.mode, xp=np, dtype=np.float32)
+        vhat = sfft.rfftn(data, workers=-1)
+        del data
+        K = job.n_kernels
+        cx, cy, cz = block.core_shape
+        ncore = cx * cy * cz
+        kern = kernels()
+        table = _plan.kernel_table(job.ks, job.spacing, N, 1.0)  # scipy's irfftn applies the 1/N
+        prm32 = table.astype(np.float32)
+        if job.parseval:
+            pw = _plan.parseval_weights(vhat, N, np)
+            dc = _plan.dc_spectrum(table) * float(vhat[0, 0, 0].real)
+            del vhat
+            sumsq = np.empty(K)
+            for j in range(K):
+                sumsq[j] = kern.parseval(pw, N[0], N[1], prm32[j])
+                progress.step()
+            nanv = np.full(K, np.nan)
+            return Partial(ncore, dc, sumsq, nanv, nanv.copy()), None
+        res = np.empty((K, 4))
+        omap = None
+        if job.omap is not None:
+            omap = {"response_max": np.full(block.core_shape, -np.inf, np.float32),
+                    "arg": np.zeros(block.core_shape, np.int32)}
+            if job.omap == "local_energy":
+                omap["local_energy_max"] = np.full(block.core_shape, -np.inf, np.float32)
+        prod = np.empty_like(vhat)  # complex64 product, consumed in place by irfftn
+        vr, pr = vhat.view(np.float32), prod.view(np.float32)
+        ox, oy, oz = block.core_offset
+        for j in range(K):
+            kern.mul_spectrum(vr, pr, N[0], N[1], prm32[j])
+            g = sfft.irfftn(prod, s=N, workers=-1, overwrite_x=True)
+            res[j] = kern.core_stats(g, ox, oy, oz, cx, cy, cz)
+            if job.omap == "response":
+                kern.update_omap(g, ox, oy, oz, omap["response_max"], omap["arg"], j)
+            elif job.omap == "local_energy":
+                core = g[ox:ox + cx, oy:oy + cy, oz:oz + cz]
+                np.maximum(omap["response_max"], core, out=omap["response_max"])
+                if job.directional[j]:
+                    e = _plan.local_energy(g, block, job.taps[j], job.inv_energy[j], np, ndi)
+                    better = e > omap["local_energy_max"]
+                    omap["local_energy_max"][better] = e[better]
+                    omap["arg"][better] = j
+            del g
+            progress.step()
+        return Partial.from_array(ncore, res), omap

@@ -17,18 +17,17 @@ import numpy as np
 import cupy as cp
 from cupy.cuda import cufft
 
-from . import wavelet as _wv
+from . import _plan
+from ._plan import A2, C, DWX, DWY, DWZ, GX, GY, GZ, PERX, PERY, PERZ
 from .stats import Partial
 from .tiling import read_block
 
 THREADS = 256
-#: Parseval path: kernels per launch of the general (ξ ≠ 1) kernel, its z-image pruning
-#: (0: one range per 32-frequency segment, 1: one per row block, 2: as 1 with approximate
-#: reciprocal/sqrt in the per-row setup), kernels per launch of the separable ξ = 1
-#: kernel, and resident waves of blocks per launch.  Chosen on an H200
-#: with benchmarks/bench_parseval.py (NOTES_sweep.md).
+#: Parseval path: kernels per launch of the general (ξ ≠ 1) kernel (its z images pruned
+#: to one range per row block), kernels per launch of the separable ξ = 1 kernel, and
+#: resident waves of blocks per launch.  Chosen on an H200 with
+#: benchmarks/bench_parseval.py (NOTES_sweep.md).
 PARSEVAL_KB = 2
-PARSEVAL_MODE = 2
 PARSEVAL_ISO_KB = 8
 PARSEVAL_WAVES = 4
 #: Kernels whose per-CUDA-block partials are buffered before a device-side reduction.
@@ -39,23 +38,21 @@ SLAB_BYTES = 64 << 20
 _SRC = r"""
 typedef IDX_T idx_t;
 
-#define NP 20
-
 // Aliased spectrum at one frequency, exactly pruned: only terms with p = ωᵀMω < p_cut.
 // At fixed (ω_x, ω_y), p is a quadratic in ω_z, so the images of z needed are one range.
 __device__ __forceinline__ float spec(float fx, float fy, float fz, const float* __restrict__ P) {
-    const float w0x = fx * P[0], w0y = fy * P[1], w0z = fz * P[2];
-    const float perz = P[5], ux = P[6], uy = P[7], uz = P[8], a2 = P[9], c = P[10], pcut = P[12];
-    const float xlim = P[17], inv_alpha = P[19];
-    const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
+    const float w0x = fx * P[P_DWX], w0y = fy * P[P_DWY], w0z = fz * P[P_DWZ];
+    const float perz = P[P_PERZ], ux = P[P_UX], uy = P[P_UY], uz = P[P_UZ], a2 = P[P_A2], c = P[P_C], pcut = P[P_PCUT];
+    const float xlim = P[P_XLIM], inv_alpha = P[P_INV_ALPHA];
+    const int gx = (int)P[P_GX], gy = (int)P[P_GY], gz = (int)P[P_GZ];
     const float inv_perz = 1.0f / perz;
     float acc = 0.0f;
     for (int ix = -gx; ix <= gx; ++ix) {
-        const float wx = w0x + ix * P[3];
+        const float wx = w0x + ix * P[P_PERX];
         const float bx = wx * wx;
         if (bx >= xlim) continue;
         for (int iy = -gy; iy <= gy; ++iy) {
-            const float wy = w0y + iy * P[4];
+            const float wy = w0y + iy * P[P_PERY];
             const float bxy = bx + wy * wy;
             const float txy = ux * wx + uy * wy;
             const float rxy = pcut - a2 * bxy;
@@ -74,7 +71,7 @@ __device__ __forceinline__ float spec(float fx, float fy, float fz, const float*
             }
         }
     }
-    return acc * P[13];
+    return acc * P[P_SCALE];
 }
 
 __device__ __forceinline__ void freq(idx_t i, int nx, int ny, int nzh, float* fx, float* fy, float* fz) {
@@ -148,13 +145,12 @@ __device__ __forceinline__ float ex2a(float x) {
 
 // General ξ.  Lanes p < npairs compute the (ω_x, ω_y) image pair p of the row once per
 // kernel: its z images with some p < p_cut in this row block are one range [lo, hi]
-// (MODE 1; MODE 2 the same with approximate reciprocal / square root in this per-row
-// setup), or one range per 32-frequency segment cc (MODE 0, tighter).  The warp loops
+// (approximate reciprocal / square root in this per-row setup).  The warp loops
 // over the union of z images (uniform bounds), and for each over the pairs that need it
 // (ballot, shuffles): every term is one full-warp FMA chain and one ex2, with no
 // per-point bounds.  The few terms beyond p_cut are terms of the exact sum (below
 // ALIAS_TOL of the peak each), so the sum is at least as complete as the pruned one.
-template <int KB, int MODE>
+template <int KB>
 __global__ void __launch_bounds__(256)
 parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const float* __restrict__ prm,
              const int j0, const int nk, const int slot0, const int nx, const int ny, const int nzh) {
@@ -183,12 +179,12 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
             for (int q = 0; q < KB; ++q) {
                 if (q < nk) {
                     const float* P = prm + NP * (j0 + q);
-                    const float dwz = P[2], perz = P[5], uz = P[8], a2 = P[9], c = P[10];
-                    const float pcut = P[12], xlim = P[17], inv_alpha = P[19];
-                    const int gx = (int)P[14], gy = (int)P[15], gz = (int)P[16];
+                    const float dwz = P[P_DWZ], perz = P[P_PERZ], uz = P[P_UZ], a2 = P[P_A2], c = P[P_C];
+                    const float pcut = P[P_PCUT], xlim = P[P_XLIM], inv_alpha = P[P_INV_ALPHA];
+                    const int gx = (int)P[P_GX], gy = (int)P[P_GY], gz = (int)P[P_GZ];
                     const float a2k = a2 * KLOG, ck = c * KLOG;
-                    const float inv_perz = MODE == 2 ? __fdividef(1.0f, perz) : 1.0f / perz;
-                    const float w0x = fx * P[0], w0y = fy * P[1];
+                    const float inv_perz = __fdividef(1.0f, perz);
+                    const float w0x = fx * P[P_DWX], w0y = fy * P[P_DWY];
                     float wz0[CH], acc[CH];
 #pragma unroll
                     for (int cc = 0; cc < CH; ++cc) {
@@ -200,45 +196,25 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
                         const int pp = p0 + lane;
                         float b0 = 0.0f, tx = 0.0f;
                         int lo = 0x7fffffff, hi = -0x7fffffff;  // empty
-                        int lc[CH], hc[CH];
-#pragma unroll
-                        for (int cc = 0; cc < CH; ++cc) { lc[cc] = 1; hc[cc] = 0; }
                         if (pp < npairs) {
-                            // MODE 2: pp / nyi through an approximate reciprocal (exact: the
+                            // pp / nyi through an approximate reciprocal (exact: the
                             // quotient is ≥ 0.5/nyi from an integer), no integer division
-                            const int ixo = MODE == 2 ? (int)(((float)pp + 0.5f) * __fdividef(1.0f, (float)nyi))
-                                                      : pp / nyi;
-                            const float wx = w0x + (float)(ixo - gx) * P[3];
-                            const float wy = w0y + (float)(pp - ixo * nyi - gy) * P[4];
+                            const int ixo = (int)(((float)pp + 0.5f) * __fdividef(1.0f, (float)nyi));
+                            const float wx = w0x + (float)(ixo - gx) * P[P_PERX];
+                            const float wy = w0y + (float)(pp - ixo * nyi - gy) * P[P_PERY];
                             const float bx = wx * wx, bxy = bx + wy * wy;
-                            const float txy = P[6] * wx + P[7] * wy;
+                            const float txy = P[P_UX] * wx + P[P_UY] * wy;
                             const float rxy = pcut - a2 * bxy;
                             const float disc = a2 * (rxy - c * txy * txy) + c * uz * uz * rxy;
                             if (bx < xlim && disc > 0.0f) {
                                 const float wc = -c * txy * uz * inv_alpha;
-                                const float h = (MODE == 2 ? disc * rsqrtf(disc) : sqrtf(disc)) * inv_alpha;
+                                const float h = disc * rsqrtf(disc) * inv_alpha;
                                 b0 = a2k * bxy;
                                 tx = txy;
-                                if (MODE >= 1) {
-                                    const float wlo = (float)kzb * dwz;
-                                    const float whi = (float)(min(nzh, kzb + 32 * CH) - 1) * dwz;
-                                    lo = max(-gz, (int)ceilf((wc - h - whi) * inv_perz));
-                                    hi = min(gz, (int)floorf((wc + h - wlo) * inv_perz));
-                                } else {
-#pragma unroll
-                                    for (int cc = 0; cc < CH; ++cc) {
-                                        if (cc < ncc) {
-                                            const float wlo = (float)(kzb + 32 * cc) * dwz;
-                                            const float whi = (float)min(nzh - 1, kzb + 32 * cc + 31) * dwz;
-                                            lc[cc] = max(-gz, (int)ceilf((wc - h - whi) * inv_perz));
-                                            hc[cc] = min(gz, (int)floorf((wc + h - wlo) * inv_perz));
-                                            if (lc[cc] <= hc[cc]) {
-                                                lo = min(lo, lc[cc]);
-                                                hi = max(hi, hc[cc]);
-                                            }
-                                        }
-                                    }
-                                }
+                                const float wlo = (float)kzb * dwz;
+                                const float whi = (float)(min(nzh, kzb + 32 * CH) - 1) * dwz;
+                                lo = max(-gz, (int)ceilf((wc - h - whi) * inv_perz));
+                                hi = min(gz, (int)floorf((wc + h - wlo) * inv_perz));
                             }
                         }
                         const int izlo = __reduce_min_sync(FULL, lo <= hi ? lo : 0x7fffffff);
@@ -250,24 +226,15 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
                                 wz[cc] = fmaf((float)iz, perz, wz0[cc]);
                                 qz[cc] = a2k * wz[cc] * wz[cc];
                             }
-                            int bits = 0;
-                            if (MODE >= 1) {
-                                bits = (lo <= iz && iz <= hi) ? 0xf : 0;
-                            } else {
-#pragma unroll
-                                for (int cc = 0; cc < CH; ++cc)
-                                    bits |= (lc[cc] <= iz && iz <= hc[cc]) ? (1 << cc) : 0;
-                            }
-                            unsigned m = __ballot_sync(FULL, bits != 0);
+                            unsigned m = __ballot_sync(FULL, lo <= iz && iz <= hi);
                             while (m) {
                                 const int p = __ffs(m) - 1;
                                 m &= m - 1;
                                 const float bp = __shfl_sync(FULL, b0, p);
                                 const float tp = __shfl_sync(FULL, tx, p);
-                                const int bb = MODE >= 1 ? 0xf : __shfl_sync(FULL, bits, p);
 #pragma unroll
                                 for (int cc = 0; cc < CH; ++cc) {
-                                    if (cc < ncc && ((bb >> cc) & 1)) {
+                                    if (cc < ncc) {
                                         const float t = fmaf(uz, wz[cc], tp);
                                         const float e = fmaf(ck * t, t, bp + qz[cc]);
                                         acc[cc] = fmaf(e, ex2a(e), acc[cc]);
@@ -276,7 +243,7 @@ parseval_gen(const float* __restrict__ pw, double* __restrict__ part, const floa
                             }
                         }
                     }
-                    const float sc = P[13] * (1.0f / KLOG);
+                    const float sc = P[P_SCALE] * (1.0f / KLOG);
                     float f = 0.0f;
 #pragma unroll
                     for (int cc = 0; cc < CH; ++cc) {
@@ -326,7 +293,7 @@ parseval_iso(const float* __restrict__ pw, double* __restrict__ part, const floa
             for (int q = 0; q < KB; ++q) {
                 if (q < nk) {
                     const float* __restrict__ T = tab + toff[j0 + q];
-                    const float sc = prm[NP * (j0 + q) + 13];
+                    const float sc = prm[NP * (j0 + q) + P_SCALE];
                     const float sx = __ldg(T + kx), tx = __ldg(T + nx + kx);
                     const float sy = __ldg(T + 2 * nx + ky), ty = __ldg(T + 2 * nx + ny + ky);
                     const float* __restrict__ SZ = T + 2 * nx + 2 * ny;
@@ -381,19 +348,18 @@ extern "C" __global__ void core_stats(const float* __restrict__ g, double* __res
 _MODULES = {}
 
 
-def parseval_names(kb=None, mode=None, iso_kb=None):
+def parseval_names(kb=None, iso_kb=None):
     """Template instances of the Parseval kernels (defaults: the module's settings)."""
     kb = PARSEVAL_KB if kb is None else int(kb)
-    mode = PARSEVAL_MODE if mode is None else int(mode)
     iso_kb = PARSEVAL_ISO_KB if iso_kb is None else int(iso_kb)
-    return (f"parseval_gen<{kb}, {mode}>", f"parseval_iso<{iso_kb}>")
+    return (f"parseval_gen<{kb}>", f"parseval_iso<{iso_kb}>")
 
 
 def _module(wide: bool, names=None):
     names = tuple(parseval_names() if names is None else names)
     key = (bool(wide), names)
     if key not in _MODULES:
-        src = _SRC.replace("IDX_T", "unsigned long long" if wide else "unsigned int")
+        src = _plan.cuda_defines() + _SRC.replace("IDX_T", "unsigned long long" if wide else "unsigned int")
         _MODULES[key] = cp.RawModule(code=src, options=("-std=c++14",), name_expressions=names)
     return _MODULES[key]
 
@@ -428,14 +394,14 @@ def iso_tables(params, fft_shape):
     toff = np.zeros(len(params), dtype=np.int32)
     seen, chunks, off = {}, [], 0
     for j, P in enumerate(params):
-        if P[10] != 0.0:
+        if P[C] != 0.0:
             continue
-        key = tuple(float(v) for v in P[[0, 1, 2, 3, 4, 5, 9, 14, 15, 16]])
+        key = tuple(float(v) for v in P[[DWX, DWY, DWZ, PERX, PERY, PERZ, A2, GX, GY, GZ]])
         if key not in seen:
-            a2 = P[9]
-            sx, tx = axis(nx, False, P[0], P[3], int(P[14]), a2)
-            sy, ty = axis(ny, False, P[1], P[4], int(P[15]), a2)
-            sz, tz = axis(nz, True, P[2], P[5], int(P[16]), a2)
+            a2 = P[A2]
+            sx, tx = axis(nx, False, P[DWX], P[PERX], int(P[GX]), a2)
+            sy, ty = axis(ny, False, P[DWY], P[PERY], int(P[GY]), a2)
+            sz, tz = axis(nz, True, P[DWZ], P[PERZ], int(P[GZ]), a2)
             t = np.concatenate([sx, tx, sy, ty, sz, tz]).astype(np.float32)
             seen[key] = off
             chunks.append(t)
@@ -448,8 +414,8 @@ def iso_tables(params, fft_shape):
 def parseval_sums(pw, params, fft_shape, progress=None, *, names=None, waves=None):
     """``Σ_k pw(k)·K̂_j(k)²`` for every row j of ``params`` (float64 CuPy array, no host sync).
 
-    ``pw``: float32 half-spectrum weights (``engine._parseval_weights``); ``params``: float64
-    ``kernel_params`` with norm 1.  ξ = 1 kernels (c = 0) go to the separable kernel, the
+    ``pw``: float32 half-spectrum weights (``_plan.parseval_weights``); ``params``: float64
+    ``_plan.kernel_table`` with norm 1.  ξ = 1 kernels (c = 0) go to the separable kernel, the
     others to the general one; each launch takes up to KB kernels of one kind.  Per-CUDA-block
     float64 partials are summed in a fixed order: the result is bit-identical run to run.
     """
@@ -468,7 +434,7 @@ def parseval_sums(pw, params, fft_shape, progress=None, *, names=None, waves=Non
     rows_blocks = -(-(nx * ny) * 32 // THREADS)  # at least one row per warp
     nb = int(max(1, min(rows_blocks, sms * _resident_blocks(gen) * waves)))
 
-    is_iso = params[:, 10] == 0.0
+    is_iso = params[:, C] == 0.0
     order = np.concatenate([np.flatnonzero(is_iso), np.flatnonzero(~is_iso)])
     n_iso = int(is_iso.sum())
     P = params[order]
@@ -562,32 +528,31 @@ class GpuEngine:
         free, _ = cp.cuda.runtime.memGetInfo()
         return 0.85 * (free + cp.get_default_memory_pool().free_bytes())
 
-    def run_block(self, volume, block, mode, ks, a, spacing, parseval, omap, progress):
-        from .engine import _dc_spectrum, _parseval_weights, kernel_params
-
+    def run_block(self, volume, block, job, progress):
+        """One block: ``(Partial, orientation)`` as :meth:`volsweep._engine_cpu.CpuEngine.run_block`."""
         N = tuple(int(n) for n in block.fft_shape)
         nx, ny, nz = N
         nzh = nz // 2 + 1
         total = nx * ny * nzh
         cx, cy, cz = (int(n) for n in block.core_shape)
         ncore = cx * cy * cz
-        K = len(ks.xi)
+        K = job.n_kernels
         wide = max(total, 2 * total, ncore) >= 2**31
         idx = np.uint64 if wide else np.uint32
         mod = _module(wide)
-        B = padded_spectrum(volume, block.start, N, mode)
+        B = padded_spectrum(volume, block.start, N, job.mode)
 
-        if parseval:
-            params = kernel_params(ks, a, spacing, N, 1.0)
-            dc = _dc_spectrum(params) * float(B[0, 0, 0].real.get())
-            pw = _parseval_weights(B, N, cp).astype(cp.float32)
+        if job.parseval:
+            params = _plan.kernel_table(job.ks, job.spacing, N, 1.0)
+            dc = _plan.dc_spectrum(params) * float(B[0, 0, 0].real.get())
+            pw = _plan.parseval_weights(B, N, cp).astype(cp.float32)
             del B
             res = parseval_sums(pw, params, N, progress)
             nanv = np.full(K, np.nan)
             return Partial(ncore, dc, res.get(), nanv, nanv.copy()), None
 
         # cuFFT's C2R is unnormalised: fold 1/N into the spectrum.
-        params = kernel_params(ks, a, spacing, N, 1.0 / float(np.prod(N)))
+        params = _plan.kernel_table(job.ks, job.spacing, N, 1.0 / float(np.prod(N)))
         prm = cp.asarray(params.astype(np.float32))
         Y = cp.empty_like(B)
         Yr = Y.view(cp.float32)
@@ -596,9 +561,17 @@ class GpuEngine:
         stats = mod.get_function("core_stats")
         nb_mul = _n_blocks(total)
         nb = _n_blocks(ncore)
-        if omap:
-            resp = cp.full(block.core_shape, -cp.inf, dtype=cp.float32)
-            arg = cp.zeros(block.core_shape, dtype=cp.int32)
+        legacy = job.omap == "response"
+        omap = None
+        if job.omap is not None:
+            omap = {"response_max": cp.full(block.core_shape, -cp.inf, dtype=cp.float32),
+                    "arg": cp.zeros(block.core_shape, dtype=cp.int32)}
+            if job.omap == "local_energy":
+                import cupyx.scipy.ndimage as cndi
+
+                omap["local_energy_max"] = cp.full(block.core_shape, -cp.inf, dtype=cp.float32)
+        if legacy:
+            resp, arg = omap["response_max"], omap["arg"]
         else:
             resp = cp.empty(1, dtype=cp.float32)
             arg = cp.empty(1, dtype=cp.int32)
@@ -614,7 +587,14 @@ class GpuEngine:
                 plan.fft(Y, Yr, cufft.CUFFT_INVERSE)
                 stats((nb,), (THREADS,), (Yr, part, np.int32(s), np.int32(ny), np.int32(2 * nzh),
                                           ox, oy, oz, np.int32(cx), np.int32(cy), np.int32(cz),
-                                          idx(ncore), resp, arg, np.int32(j), np.int32(bool(omap))))
+                                          idx(ncore), resp, arg, np.int32(j), np.int32(legacy)))
+                if job.omap == "local_energy":
+                    core = Yr[ox:ox + cx, oy:oy + cy, oz:oz + cz]
+                    cp.maximum(omap["response_max"], core, out=omap["response_max"])
+                    if job.directional[j]:
+                        e = _plan.local_energy(Yr, block, job.taps[j], job.inv_energy[j], cp, cndi)
+                        _keep_max()(e, np.int32(j), omap["local_energy_max"], omap["arg"])
+                        del e
                 progress.step()
             p = part[:cnt]
             res[j0:j0 + cnt, 0] = p[:, :, 0].sum(axis=1)
@@ -623,4 +603,17 @@ class GpuEngine:
             res[j0:j0 + cnt, 3] = p[:, :, 3].min(axis=1)
         out = Partial.from_array(ncore, res.get())
         del plan, Y, Yr, B
-        return out, ((resp, arg) if omap else None)
+        return out, omap
+
+
+_KEEP_MAX = None
+
+
+def _keep_max():
+    """Elementwise running maximum and the kernel that reached it (first wins ties)."""
+    global _KEEP_MAX
+    if _KEEP_MAX is None:
+        _KEEP_MAX = cp.ElementwiseKernel(
+            "float32 e, int32 kid", "float32 best, int32 arg",
+            "if (e > best) { best = e; arg = kid; }", "volsweep_keep_max")
+    return _KEEP_MAX

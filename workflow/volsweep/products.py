@@ -9,7 +9,11 @@ COORD_ATTRS = {
     "theta": {"units": "radian", "long_name": "polar angle of the wavelet axis u(theta, phi)"},
     "phi": {"units": "radian", "long_name": "azimuthal angle of the wavelet axis u(theta, phi)"},
     "xi": {"units": "1", "long_name": "elongation of the wavelet along its axis"},
+    "a": {"units": "1", "long_name": "scale of the wavelet"},
+    "family": {"units": "1", "long_name": "fibre family rank (by weight, largest first)"},
+    "eigen": {"units": "1", "long_name": "fabric tensor eigenvalue rank (largest first)"},
 }
+_INDEX = {"units": "1", "comment": "0-based index into the coordinate named by 'coordinate'"}
 VAR_ATTRS = {
     "energy": {"units": "1", "long_name": "response energy, sum of G^2 over the volume's voxels"},
     "std": {"units": "1", "long_name": "population standard deviation of the response G"},
@@ -18,21 +22,53 @@ VAR_ATTRS = {
     "min": {"units": "1", "long_name": "minimum of the response G"},
     "energy_weight": {"units": "1", "long_name": "energy weight 1/sqrt(xi^2 + 2 a^2)"},
     "wavelet_energy": {"units": "1", "long_name": "sum of psi^2 of the sampled kernel at theta = phi = 0"},
-    "energy_normalized": {"units": "1", "long_name": "energy / wavelet_energy"},
-    "dominant_theta": {"units": "radian", "long_name": "theta of the largest normalised energy"},
-    "dominant_phi": {"units": "radian", "long_name": "phi of the largest normalised energy"},
+    "energy_normalized": {"units": "1", "long_name": "response energy over wavelet energy, energy / wavelet_energy"},
+    "dominant_theta": {"units": "radian", "long_name": "theta of the largest normalised energy",
+                       "comment": "NaN at xi = 1: the isotropic wavelet has no direction"},
+    "dominant_phi": {"units": "radian", "long_name": "phi of the largest normalised energy",
+                     "comment": "NaN at xi = 1: the isotropic wavelet has no direction"},
+    "dominant_theta_index": {**_INDEX, "long_name": "theta index of the largest normalised energy",
+                             "coordinate": "theta", "comment": "-1 at xi = 1 (isotropic)"},
+    "dominant_phi_index": {**_INDEX, "long_name": "phi index of the largest normalised energy",
+                           "coordinate": "phi", "comment": "-1 at xi = 1 (isotropic)"},
     "orientation_distribution": {
         "units": "1", "long_name": "orientation distribution over (theta, phi)",
-        "definition": "sum over xi of energy / wavelet_energy, normalised to sum 1"},
+        "definition": "sum over xi != 1 of energy / wavelet_energy, normalised to sum 1"},
+    "orientation_density": {
+        "units": "sr-1", "long_name": "anisotropic orientation density on the sphere of axes, per xi",
+        "definition": "energy / wavelet_energy minus its minimum over directions, normalised to "
+                      "integrate to 1 over the sphere of axes (docs/definitions.md, Orientation)"},
+    "family_theta": {"units": "radian", "long_name": "theta of a fibre family (local maximum of the orientation density, refined)"},
+    "family_phi": {"units": "radian", "long_name": "phi of a fibre family (local maximum of the orientation density, refined)"},
+    "family_weight": {"units": "1", "long_name": "fraction of the orientation density in the family's basin"},
+    "family_spread": {"units": "radian", "long_name": "root-mean-square angle of the family's basin to its axis"},
+    "n_families": {"units": "1", "long_name": "number of fibre families found"},
+    "fabric_tensor": {"units": "1", "long_name": "fabric tensor: second moment of the orientation density, trace 1"},
+    "fabric_eigenvalues": {"units": "1", "long_name": "eigenvalues of the fabric tensor, largest first"},
+    "fabric_eigenvectors": {"units": "1", "long_name": "unit eigenvectors (x, y, z) of the fabric tensor"},
+    "degree_of_anisotropy": {"units": "1", "long_name": "degree of anisotropy 1 - smallest / largest fabric eigenvalue (BoneJ)"},
+    "response_max": {"units": "1", "long_name": "largest response G over every kernel at the voxel"},
+    "local_energy_max": {"units": "1", "long_name": "largest local energy of the normalised responses at the voxel",
+                         "definition": "max over kernels with xi != 1 of gaussian(integration_scale) * G^2 / "
+                                       "wavelet_energy (docs/definitions.md, Orientation)"},
+    "argmax_theta": {**_INDEX, "long_name": "theta index of the voxel's orientation", "coordinate": "theta"},
+    "argmax_phi": {**_INDEX, "long_name": "phi index of the voxel's orientation", "coordinate": "phi"},
+    "argmax_xi": {**_INDEX, "long_name": "xi index of the voxel's best elongation", "coordinate": "xi"},
+    "argmax_a": {**_INDEX, "long_name": "a index of the voxel's best scale", "coordinate": "a"},
 }
 
 
 def annotate(ds: xr.Dataset) -> xr.Dataset:
-    """Add CF ``units``/``long_name`` to the coordinates and known variables (existing kept)."""
+    """Add CF ``units``/``long_name`` to the coordinates and known variables (existing kept).
+
+    With a ``unit`` attr on the Dataset (the physical unit of the spacing), ``a`` is in it.
+    """
     ds = ds.copy()
     for name, attrs in {**COORD_ATTRS, **VAR_ATTRS}.items():
         if name in ds.variables:
             ds[name].attrs = {**attrs, **ds[name].attrs}
+    if "a" in ds.coords and ds.attrs.get("unit"):
+        ds["a"].attrs["units"] = ds.attrs["unit"]
     return ds
 
 
