@@ -749,7 +749,7 @@ class Volume:
         block = np.asarray(self.data[tuple(file_key)])
         kept = [p for p in range(3) if not isinstance(file_key[p], (int, np.integer))]
         order = [kept.index(p) for p in self.file_axis if p in kept]
-        return block.transpose(order)
+        return block.transpose(order) if block.ndim else block[()]
 
     def __array__(self, dtype=None, copy=None):
         out = np.asarray(self[...])
