@@ -3,6 +3,7 @@ distribution and errors.  GPU comparisons live in test_thickness_gpu.py."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -10,11 +11,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from thickness_oracle import oracle_d2, oracle_local_thickness  # noqa: E402
+from thickness_oracle import (oracle_d2, oracle_d2_int, oracle_local_thickness,  # noqa: E402
+                              oracle_r2_int)
 
 import volsweep  # noqa: E402
 from volsweep import thickness as T  # noqa: E402
 from volsweep import _thickness_cpu as CPU  # noqa: E402
+from volsweep import _thickness_tables as TAB  # noqa: E402
 from volsweep.tiling import plan_tiles  # noqa: E402
 
 
@@ -39,23 +42,89 @@ def test_identical_to_oracle_integer_spacing(shape, seed, spacing):
         np.testing.assert_array_equal(got, oracle_local_thickness(phase, spacing))
 
 
-@pytest.mark.parametrize("spacing", [(0.7, 1.1, 1.3), (0.5, 0.25, 0.8), (1.3, 0.9, 1.0)])
-def test_oracle_non_integer_spacing(spacing):
-    for seed, phase in enumerate((random_phase((12, 15, 10), 3), blobs((14, 11, 16), sigma=2, seed=4))):
-        got = T.local_thickness(phase, spacing=spacing)
-        ref = oracle_local_thickness(phase, spacing)
-        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
-        assert ((got > 0) == phase).all()
+# Spacings whose lengths are not representable in binary (0.65, 0.3, 0.7 ...): ties must
+# still be decided exactly.
+NON_INTEGER_SPACINGS = [(0.65, 0.65, 0.65), (0.65, 0.65, 2.0), (0.7, 1.3, 1.0), (0.3, 0.3, 0.3),
+                        (0.7, 1.1, 1.3), (0.5, 0.25, 0.8), (1.3, 0.9, 1.0)]
+
+
+def ball_with_a_dent():
+    g = np.mgrid[:13, :13, :13] - 6
+    phase = (g ** 2).sum(0) <= 25
+    phase[2, 3, 6] = False
+    return phase
+
+
+def assert_exact(phase, spacing, device="cpu"):
+    """N (ours) and R2 (exact oracle) are proportional with one constant, and the
+    float32 output is the oracle's."""
+    n, weights, scale = T._squared_radius(phase, spacing=spacing, device=device)
+    r2, w_ref, unit = oracle_r2_int(phase, spacing)
+    # both lattices are the spacing's integer ratios: the same up to a common factor
+    f = w_ref[0] / weights[0]
+    assert all(a * f == b for a, b in zip(weights, w_ref)), (weights, w_ref)
+    n = n.astype(np.int64)
+    assert (n * round(f * f) == r2).all(), int((n * round(f * f) != r2).sum())
+    got = T.local_thickness(phase, spacing=spacing, device=device)
+    np.testing.assert_array_equal(got, oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.parametrize("spacing", NON_INTEGER_SPACINGS + [(1, 1, 1), (2, 3, 1)])
+def test_exact_at_any_spacing(spacing):
+    for phase in (random_phase((12, 15, 10), 3), blobs((14, 11, 16), sigma=2, seed=4),
+                  ball_with_a_dent()):
+        assert_exact(phase, spacing)
+
+
+def test_reproducer_ball_with_removed_voxel():
+    # At spacing 0.65 the float comparison of non-representable lengths let the ball of
+    # D2 = 0.65^2 * 25 reach (1, 6, 6); exactly, |x - p|^2 == D2 there (a tie, excluded).
+    phase = ball_with_a_dent()
+    lt = T.local_thickness(phase, spacing=(0.65,) * 3)
+    assert lt[1, 6, 6] == np.float32(2 * np.sqrt(17)) * np.float32(0.65)
+    assert T.local_thickness(phase)[1, 6, 6] == np.float32(2 * np.sqrt(17))
+    assert_exact(phase, (0.65,) * 3)
+
+
+@pytest.mark.parametrize("s", [0.3, 0.65, 0.7, 1.1])
+def test_exact_scale_invariance(s):
+    for phase in (ball_with_a_dent(), blobs((19, 14, 17), sigma=2, seed=9)):
+        base = T.local_thickness(phase)
+        np.testing.assert_array_equal(T.local_thickness(phase, spacing=(s, s, s)), s * base)
+        aniso = T.local_thickness(phase, spacing=(13, 13, 40))
+        sp = tuple(s * 0.05 * w for w in (13, 13, 40))
+        np.testing.assert_array_equal(T.local_thickness(phase, spacing=sp),
+                                      np.float32(s * 0.05) * aniso)
+        assert T.max_inscribed_radius(phase, spacing=(s, s, s)) == pytest.approx(
+            s * T.max_inscribed_radius(phase), rel=1e-15)
+
+
+def test_lattice_of_spacings():
+    assert TAB.lattice((0.65, 0.65, 2.0)) == ((13, 13, 40), 0.05)
+    assert TAB.lattice((0.7, 1.3, 1.0))[0] == (7, 13, 10)
+    assert TAB.lattice((2.0, 4.0, 6.0)) == ((1, 2, 3), 2.0)
+    assert TAB.lattice((0.3, 0.3, 0.3)) == ((1, 1, 1), 0.3)
+    # irrational ratio: snapped within LATTICE_MAX_DENOMINATOR ** -1.5 (relative)
+    w, scale = TAB.lattice((1.0, math.pi, 1.0))
+    assert abs(scale * w[1] / (scale * w[0]) - math.pi) / math.pi < TAB.LATTICE_MAX_DENOMINATOR ** -1.5
+    assert max(w) <= math.pi * TAB.LATTICE_MAX_DENOMINATOR + 1
+
+
+def test_lattice_too_fine_for_the_shape_raises():
+    w, _ = TAB.lattice((1.0, math.pi, 1.0))
+    n = int(math.sqrt(TAB.EXACT_LIMIT) / max(w)) + 1
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        T._lattice((1.0, math.pi, 1.0), (1, n, 1))
 
 
 def test_distance_maps_equal_oracle():
     phase = blobs((15, 12, 18), sigma=2, seed=5)
-    for spacing in [(1, 1, 1), (2, 1, 3)]:
-        ref = oracle_d2(phase, spacing)
-        np.testing.assert_array_equal(CPU.edt_sq(phase, spacing, method="edt"), ref)
-        np.testing.assert_array_equal(CPU.edt_sq(phase, spacing, method="numba"), ref)
-    ref = oracle_d2(phase, (0.7, 1.1, 1.3))
-    np.testing.assert_array_equal(CPU.edt_sq(phase, (0.7, 1.1, 1.3)), ref)
+    for spacing in [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3), (0.65, 0.65, 2.0)]:
+        ref, w, _ = oracle_d2_int(phase, spacing)
+        weights, _ = TAB.lattice(spacing)
+        assert weights == w
+        np.testing.assert_array_equal(CPU.edt_sq(phase, weights, method="edt"), ref)
+        np.testing.assert_array_equal(CPU.edt_sq(phase, weights, method="numba"), ref)
 
 
 def test_known_shapes():
@@ -77,8 +146,8 @@ def test_known_shapes():
 
 def test_pruning_keeps_far_fewer_centres_and_stays_exact():
     phase = blobs((40, 40, 40), sigma=3, seed=7)
-    d2 = CPU.edt_sq(phase, (1, 1, 1))
-    cand = CPU.candidates(d2, (1, 1, 1), (0, 0, 0), phase.shape, np.inf, 0.0)
+    d2 = CPU.edt_sq(phase, (1, 1, 1)).copy()
+    cand, _ = CPU.candidates(d2, (1, 1, 1), (0, 0, 0), phase.shape, np.inf)
     assert cand.size < 0.5 * phase.sum()
     # Painting every phase voxel's ball (no pruning) gives the same map.
     everything = np.flatnonzero(phase.ravel())
@@ -88,19 +157,16 @@ def test_pruning_keeps_far_fewer_centres_and_stays_exact():
 
 def test_exact_beyond_the_pruning_table(monkeypatch):
     # Radii past the discrete table fall back to the continuous containment test.
-    monkeypatch.setattr(CPU, "MAX_TABLE_OFFSETS", 30)
-    monkeypatch.setattr(CPU, "_PRUNE_TABLES", {})
+    monkeypatch.setattr(TAB, "MAX_TABLE_OFFSETS", 30)
+    monkeypatch.setattr(TAB, "_PRUNE_TABLES", {})
     for spacing in [(1, 1, 1), (0.7, 1.1, 1.3)]:
         phase = blobs((16, 14, 18), sigma=2.5, seed=12)
-        levels, need, cap = CPU.prune_table(100.0, spacing)
-        d2 = CPU.edt_sq(phase, spacing)
+        weights, _ = TAB.lattice(spacing)
+        levels, need, cap = TAB.prune_table(100.0, weights)
+        d2 = CPU.edt_sq(phase, weights)
         assert d2.max() > cap  # the fallback is exercised
-        got = T.local_thickness(phase, spacing=spacing)
-        ref = oracle_local_thickness(phase, spacing)
-        if CPU.is_integer_spacing(spacing):
-            np.testing.assert_array_equal(got, ref)
-        else:
-            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
+        np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
+                                      oracle_local_thickness(phase, spacing))
 
 
 # ----------------------------------------------------------------------------- chunks
@@ -117,7 +183,7 @@ def chunked(phase, tile, spacing, halo=None, r_max=None):
     return out, r_max
 
 
-@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 2, 1), (0.8, 1.2, 1.0)])
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 2, 1), (0.8, 1.2, 1.0), (0.65, 0.65, 2.0)])
 def test_chunked_equals_whole_with_chunks_smaller_than_2rmax(spacing):
     phase = blobs((44, 38, 33), sigma=3.0, seed=11)
     whole = T.local_thickness(phase, spacing=spacing)
@@ -160,6 +226,7 @@ def test_max_inscribed_radius():
     phase[1:10, 1:10, 1:10] = True  # 9-voxel cube: centre is 5 from the outside layer
     assert T.max_inscribed_radius(phase) == 5.0
     assert T.max_inscribed_radius(phase, spacing=(1, 1, 0.5)) == 2.5
+    assert T.max_inscribed_radius(phase, spacing=(0.65, 0.65, 2.0)) == pytest.approx(5 * 0.65)
     assert T.max_inscribed_radius(np.zeros((3, 3, 3), bool)) == 0.0
 
 
@@ -258,18 +325,37 @@ def test_public_exports():
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
-def test_cpu_painters_agree(spacing):
-    # "bits" (default: decreasing D2, a bit per voxel, discs inside an uphill neighbour's
-    # disc skipped) and "table" must agree, with and without prune's uphill bits.
+def test_painter_paths_agree(spacing, monkeypatch):
+    # The painter's three ways to find skipped discs (prune's uphill bits, its own
+    # neighbour lists, none beyond the integer tables) give the same ranks, in the
+    # whole box and in a core box.
     phase = blobs((30, 26, 37), sigma=2.5, seed=11)
-    d2 = CPU.edt_sq(phase, spacing)
-    cand, up = CPU.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0, with_uphill=True)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    cand, up = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
+    cand, up = cand.copy(), up.copy()
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (20, 19, 30))]:
-        a = CPU.paint(d2, cand, spacing, lo, hi, method="table")
-        for method, kw in [("bits", {}), ("bits", {"uphill": up})]:
-            b = CPU.paint(d2, cand, spacing, lo, hi, method=method, **kw)
-            np.testing.assert_array_equal(a[0], b[0])
-            np.testing.assert_array_equal(a[1], b[1])
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
+        got = CPU.paint(d2, cand, weights, lo, hi)
+        np.testing.assert_array_equal(ref[0], got[0])
+        np.testing.assert_array_equal(ref[1], got[1])
+        with monkeypatch.context() as m:
+            m.setattr(CPU, "INT_TABLE_MAX", 1)
+            got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+        np.testing.assert_array_equal(ref[0], got[0])
+        np.testing.assert_array_equal(ref[1], got[1])
+    # the whole box equals the oracle
+    lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape), TAB.lattice(spacing)[1])
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
+def test_memory_estimate_scales_with_the_shape():
+    a = T.thickness_memory_bytes((50, 60, 70), device="cpu")
+    b = T.thickness_memory_bytes((100, 120, 140), device="cpu")
+    g = T.thickness_memory_bytes((100, 120, 140), device="cuda")
+    assert 0 < a < b and 7 * 50 * 60 * 70 * 40 < b - a and g > 100 * 120 * 140 * 40
+    with pytest.raises(ValueError, match="shape"):
+        T.thickness_memory_bytes((10, 10))
 
 
 def test_bits_painter_slice_skip_on_porous_volume_equals_oracle():

@@ -1,6 +1,7 @@
 """numba kernels of exact local thickness, at module level so numba's disk cache finds them.
 
 Imported lazily by :mod:`volsweep._thickness_cpu` (the GPU path needs no numba).
+Lengths are squared lattice lengths (integer weights, exact in float64).
 """
 
 import math
@@ -160,91 +161,6 @@ def shrink(h, base, r2, s):
             break
         h -= 1
     return h
-
-@njit(cache=True, inline="always")
-def chmax(M, oj, q, pos, rank):
-    v = M[oj, q, pos]
-    M[oj, q, pos] = v if v > rank else rank  # branchless (select)
-
-@njit(cache=True, parallel=True)
-def paint(rowstart, n0, n1, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2,
-          rx, ngroups, out):
-    # out (shape hi - lo) = max rank of the candidate balls covering each voxel.
-    # One output plane per task: every ball row crossing it, a span [l, r] of axis 2,
-    # is two writes into a sparse table (levels of power-of-two lengths, "range
-    # chmax"), pushed down once per plane.  Half-widths shrink monotonically with
-    # |dj|, so a row costs a few comparisons; no sqrt per row.
-    m0, m1, m2 = out.shape
-    nq = 0
-    while (2 << nq) <= m2:
-        nq += 1
-    ngroups = min(m0, ngroups)
-    lg = np.zeros(m2 + 2, np.int64)
-    for ln in range(2, m2 + 2):
-        lg[ln] = lg[ln // 2] + 1
-    for g in prange(ngroups):
-        # One sparse table per worker, cleared as it is pushed down.
-        M = np.zeros((m1, nq + 1, m2), np.uint32)
-        for oi in range((m0 * g) // ngroups, (m0 * (g + 1)) // ngroups):
-            i = lo0 + oi
-            # Centres in row order (merged over the source planes i - rx .. i + rx) so
-            # the rows of M being written stay in cache.
-            ilo = max(i - rx, 0)
-            ihi = min(i + rx, n0 - 1)
-            for jc in range(n1):
-                for ic in range(ilo, ihi + 1):
-                    for m in range(rowstart[ic * n1 + jc], rowstart[ic * n1 + jc + 1]):
-                      r2 = r2s[m]
-                      x = (i - ic) * sx
-                      aa = x * x
-                      if not aa < r2:
-                          continue
-                      j0 = cj[m]
-                      k0 = ck[m]
-                      rank = ranks[m]
-                      hj = half(aa, r2, sy)
-                      hk = half(aa, r2, sz)
-                      for adj in range(0, hj + 1):
-                          y = adj * sy
-                          ab = aa + y * y
-                          hk = shrink(hk, ab, r2, sz)
-                          if hk < 0:
-                              break
-                          lft = max(k0 - hk, lo2) - lo2
-                          rgt = min(k0 + hk, hi2 - 1) - lo2
-                          if lft > rgt:
-                              continue
-                          ln = rgt - lft + 1
-                          q = lg[ln]
-                          p2 = rgt - (1 << q) + 1
-                          jj = j0 + adj
-                          if jj >= lo1 and jj < hi1:
-                              chmax(M, jj - lo1, q, lft, rank)
-                              chmax(M, jj - lo1, q, p2, rank)
-                          if adj > 0:
-                              jj = j0 - adj
-                              if jj >= lo1 and jj < hi1:
-                                  chmax(M, jj - lo1, q, lft, rank)
-                                  chmax(M, jj - lo1, q, p2, rank)
-            for oj in range(m1):
-                for q in range(nq, 0, -1):
-                    hq = 1 << (q - 1)
-                    for pos in range(m2 - (1 << q) + 1):
-                        v = M[oj, q, pos]
-                        if v:
-                            M[oj, q, pos] = 0
-                            if M[oj, q - 1, pos] < v:
-                                M[oj, q - 1, pos] = v
-                            if M[oj, q - 1, pos + hq] < v:
-                                M[oj, q - 1, pos + hq] = v
-                for pos in range(m2):
-                    out[oi, oj, pos] = M[oj, 0, pos]
-                    M[oj, 0, pos] = 0
-    return out
-
-
-
-
 
 @njit(cache=True, inline="always")
 def fill_bits(asg, out, a, b, oi, lft, rgt, rank):

@@ -1,8 +1,9 @@
 """Exact local thickness (Hildebrand & Rüegsegger) of a binary phase, and its distribution.
 
-Definitions (DESIGN.md, normative): ``D(p)`` is the Euclidean distance, with
-spacing, from voxel centre ``p`` to the nearest voxel centre *not* in the phase
-``X`` (space outside the array is not background); for ``x`` in ``X``::
+Definitions (docs/definitions.md, "Local thickness", normative): ``D(p)`` is the
+Euclidean distance, with spacing, from voxel centre ``p`` to the nearest voxel
+centre *not* in the phase ``X`` (space outside the array is not background); for
+``x`` in ``X``::
 
     LT(x) = 2 * max{ D(p) : p in X, |x - p| < D(p) }
 
@@ -10,18 +11,26 @@ and 0 elsewhere.  The result is a **diameter** in physical units, float32.
 PoreSpy's ``local_thickness`` returns a *radius* (and quantises it); to compare,
 halve ours.
 
-Algorithm (same on CPU and GPU, bit-identical results): squared distance map
-in canonical float64 (exact integers at integer spacing; see
-``_thickness_cpu``), pruning of centres whose open ball lies inside a
-neighbour's (``D(q) >= D(p) + |p - q|``, tested exactly in squared
-arithmetic), then painting every remaining ball with a max of ``D(p)**2``.
-No quantisation of radii, no skeleton.
+Ties.  The spacing is written ``scale * (w0, w1, w2)`` with integer weights
+(``_thickness_tables.lattice``: ratios snapped to a common denominator of at most
+4096, within 1e-9 relative when one exists), and every squared length is the
+integer ``(di*w0)**2 + (dj*w1)**2 + (dk*w2)**2``, held exactly in float64.  The
+strict ``<`` is therefore decided exactly: equal lengths compare equal, at every
+spacing.  The diameter is ``float32(2*sqrt(N)) * float32(scale)``, the product
+rounded in float32, so ``LT(X, s*spacing) == s * LT(X, spacing)`` bit for bit
+(``s * array`` in NumPy's float32 arithmetic).
+
+Algorithm (same on CPU and GPU, bit-identical results): squared distance map on
+the lattice, pruning of centres whose discrete ball lies inside a 26-neighbour's
+(exact integer tests), then painting every remaining ball with the max of its
+squared radius.  No quantisation of radii, no skeleton.
 
 Chunked use (the workflow): measure ``r_max = max_inscribed_radius(...)`` over
 the whole phase once, read each chunk's core grown by
 ``thickness_halo(r_max, spacing)`` voxels (clipped to the volume, no padding)
 and call ``local_thickness_core``: its result equals
-``local_thickness(whole)[core]`` exactly.
+``local_thickness(whole)[core]`` exactly.  ``thickness_memory_bytes`` tells
+whether a whole-volume call fits a memory budget.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import numbers
 
 import numpy as np
 
+from . import _thickness_tables as tables
 from .backend import get_array_module, is_cupy_array, resolve_device, to_device, to_numpy
 from .validation import check_spacing as _check_spacing
 
@@ -39,6 +49,7 @@ __all__ = [
     "local_thickness_core",
     "max_inscribed_radius",
     "thickness_halo",
+    "thickness_memory_bytes",
     "select_phase",
     "value_counts",
     "merge_value_counts",
@@ -46,8 +57,6 @@ __all__ = [
     "thickness_distribution",
 ]
 
-# Relative slack of pruning comparisons at non-integer spacing (exact at integer spacing).
-_PRUNE_EPS = 1e-9
 # Relative slack on r_max**2 when deciding which centres may reach a core.
 _KEEP_SLACK = 1e-9
 
@@ -66,8 +75,16 @@ def _check_binary(binary, name: str = "binary"):
     return binary
 
 
-def _is_integer_spacing(spacing) -> bool:
-    return all(float(s).is_integer() for s in spacing)
+def _lattice(spacing, shape):
+    """(weights, scale) of the spacing; raises when squared lengths of this shape leave float64."""
+    weights, scale = tables.lattice(tuple(float(s) for s in spacing))
+    bound = sum((float(n) * w) ** 2 for n, w in zip(shape, weights))
+    if bound >= tables.EXACT_LIMIT:
+        raise ValueError(
+            f"spacing={tuple(spacing)!r} has integer ratios {weights}: squared lengths across a "
+            f"{shape} array would exceed 2**53 and lose exactness; round the spacing (fewer "
+            "significant digits in its ratios) or use smaller chunks")
+    return weights, scale
 
 
 def _backend(device: str):
@@ -79,30 +96,24 @@ def _backend(device: str):
 
 
 # --------------------------------------------------------------------------- core
-def _thickness_r2(phase, spacing, device, box_lo, box_hi, r2keep):
-    """Squared-radius map of the box; ``phase`` is on ``device``. Returns (r2 map, d2max)."""
-    eps = 0.0 if _is_integer_spacing(spacing) else _PRUNE_EPS
+def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep):
+    """Rank map of the box and its squared lattice radii; ``phase`` is on ``device``.
+
+    Returns ((ranks, values), r2max); (None, r2max) when a centre that may reach the
+    box has r2max > r2keep.
+    """
     impl = _backend(device)
-    if device == "cuda":
-        d2 = impl.edt_sq(phase, spacing)
-        cand = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps)
-        r2max = float(d2.ravel()[cand].max()) if cand.size else 0.0
-        if r2max > r2keep:
-            return None, r2max
-        return impl.paint(d2, cand, spacing, box_lo, box_hi), r2max
-    # CPU: work arrays reused across calls (none of them leaves this call: _finish makes
-    # the result); pruning also marks each kept centre's "uphill" neighbours, for the painter
-    d2 = impl.edt_sq(phase, spacing, reuse=True)
-    cand, uphill = impl.candidates(d2, spacing, box_lo, box_hi, r2keep, eps, with_uphill=True)
+    d2 = impl.edt_sq(phase, weights)
+    cand, extra = impl.candidates(d2, weights, box_lo, box_hi, r2keep)
     r2max = float(d2.reshape(-1)[cand].max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max
-    return impl.paint(d2, cand, spacing, box_lo, box_hi, uphill=uphill, reuse=True), r2max
+    return impl.paint(d2, cand, weights, box_lo, box_hi, extra), r2max
 
 
-def _finish(r2, device):
+def _finish(r2, scale, device):
     ranks, values = r2
-    return _backend(device).finish(ranks, values)
+    return _backend(device).finish(ranks, values, scale)
 
 
 def _return_like(result, like, device):
@@ -110,6 +121,20 @@ def _return_like(result, like, device):
     if is_cupy_array(like):
         return to_device(result, "cuda")
     return to_numpy(result)
+
+
+def _squared_radius(binary, *, spacing=(1, 1, 1), device="cpu"):
+    """``(N, weights, scale)``: the squared lattice radius behind every voxel's thickness
+    (float64 exact integers; ``LT = 2 * scale * sqrt(N)``), for exact comparisons."""
+    binary = _check_binary(binary)
+    spacing = _check_spacing(spacing)
+    dev = resolve_device(device, binary)
+    weights, scale = _lattice(spacing, binary.shape)
+    phase = to_device(binary, dev)
+    (ranks, values), _ = _thickness_r2(phase, weights, dev, (0, 0, 0), phase.shape, math.inf)
+    xp = get_array_module(values)
+    lut = xp.concatenate([xp.zeros(1), values])
+    return to_numpy(lut[ranks]), weights, scale
 
 
 def local_thickness(binary, *, spacing=(1, 1, 1), device="auto"):
@@ -121,7 +146,10 @@ def local_thickness(binary, *, spacing=(1, 1, 1), device="auto"):
         The phase ``X``; ``True`` inside.  Threshold or label a volume first
         (``volume > t`` or :func:`select_phase`).
     spacing : 3 positive floats
-        Physical size of a voxel along each axis.
+        Physical size of a voxel along each axis.  Ties ``|x - p| == D(p)`` are
+        decided exactly (module docstring, "Ties"): the spacing is taken as
+        ``scale * (w0, w1, w2)`` with integer weights, and squared lengths are
+        compared as integers.
     device : {"auto", "cpu", "cuda"}
         ``"auto"`` follows the array (CuPy -> GPU, NumPy -> CPU).  ``"cuda"``
         with a NumPy input computes on the GPU and returns NumPy.
@@ -130,7 +158,10 @@ def local_thickness(binary, *, spacing=(1, 1, 1), device="auto"):
     -------
     float32 array of ``binary``'s shape and array type: the diameter of the
     largest ball inside ``X`` that covers each voxel, in physical units; 0
-    outside ``X``.  (PoreSpy returns a radius.)
+    outside ``X``.  (PoreSpy returns a radius.)  It is
+    ``float32(2*sqrt(N)) * float32(scale)`` with ``N`` the exact squared radius
+    on the lattice, so ``local_thickness(X, spacing=(s, s, s)) ==
+    s * local_thickness(X)`` bit for bit.
 
     Raises
     ------
@@ -139,6 +170,12 @@ def local_thickness(binary, *, spacing=(1, 1, 1), device="auto"):
     ValueError
         ``binary`` is not 3D, ``spacing`` is not positive, or the phase fills
         the whole array (no background: the thickness is unbounded).
+
+    Examples
+    --------
+    >>> slab = np.zeros((9, 4, 4), bool); slab[2:7] = True
+    >>> float(local_thickness(slab)[4, 0, 0]), float(local_thickness(slab, spacing=(0.5,) * 3)[4, 0, 0])
+    (6.0, 3.0)
     """
     binary = _check_binary(binary)
     spacing = _check_spacing(spacing)
@@ -146,22 +183,29 @@ def local_thickness(binary, *, spacing=(1, 1, 1), device="auto"):
     xp = get_array_module(binary)
     n_phase = int(xp.count_nonzero(binary))  # one pass for "empty" and "full"
     if n_phase == 0:
-        out = xp.zeros(binary.shape, np.float32)
-        return out
+        return xp.zeros(binary.shape, np.float32)
     if n_phase == binary.size:
         raise ValueError(
             f"binary has no background voxel (the phase fills the whole {binary.shape} array): "
             "its local thickness is unbounded")
+    weights, scale = _lattice(spacing, binary.shape)
     phase = to_device(binary, dev)
-    shape = phase.shape
-    r2, _ = _thickness_r2(phase, spacing, dev, (0, 0, 0), shape, math.inf)
-    return _return_like(_finish(r2, dev), binary, dev)
+    r2, _ = _thickness_r2(phase, weights, dev, (0, 0, 0), phase.shape, math.inf)
+    return _return_like(_finish(r2, scale, dev), binary, dev)
 
 
 def max_inscribed_radius(binary, *, spacing=(1, 1, 1), device="auto") -> float:
     """``R_max = max D(p)`` over the phase, in physical units (0 for an empty phase).
 
+    It is ``scale * sqrt(N_max)`` in float64 (see :func:`local_thickness`).
+
     Raises ValueError when the phase fills the array (no background).
+
+    Examples
+    --------
+    >>> slab = np.zeros((9, 4, 4), bool); slab[2:7] = True
+    >>> max_inscribed_radius(slab, spacing=(2, 2, 2))
+    6.0
     """
     binary = _check_binary(binary)
     spacing = _check_spacing(spacing)
@@ -173,15 +217,16 @@ def max_inscribed_radius(binary, *, spacing=(1, 1, 1), device="auto") -> float:
         raise ValueError(
             f"binary has no background voxel (the phase fills the whole {binary.shape} array): "
             "the inscribed radius is unbounded")
-    d2 = _backend(dev).edt_sq(to_device(binary, dev), spacing)
-    return float(math.sqrt(float(d2.max())))
+    weights, scale = _lattice(spacing, binary.shape)
+    d2 = _backend(dev).edt_sq(to_device(binary, dev), weights)
+    return float(scale * math.sqrt(float(d2.max())))
 
 
 def thickness_halo(r_max: float, spacing=(1, 1, 1)) -> tuple[int, int, int]:
     """Halo, in voxels per axis, of a chunk that recomputes its own distance map.
 
     ``2 * ceil(r_max / s) + 1`` voxels along an axis of spacing ``s``
-    (DESIGN.md: 2⌈R_max⌉+1 after spacing).  With it,
+    (docs/definitions.md, "Chunks": 2⌈R_max⌉+1 after spacing).  With it,
     :func:`local_thickness_core` reproduces the whole-volume result exactly.
 
     Examples
@@ -196,6 +241,27 @@ def thickness_halo(r_max: float, spacing=(1, 1, 1)) -> tuple[int, int, int]:
     if not (math.isfinite(r) and r >= 0):
         raise ValueError(f"r_max must be a finite number >= 0, got r_max={r_max!r}")
     return tuple(2 * math.ceil(r / s) + 1 for s in spacing)
+
+
+def thickness_memory_bytes(shape, *, device="cpu") -> int:
+    """Upper bound of the peak memory, in bytes, of one ``local_thickness`` call.
+
+    For a ``shape`` array (whole volume, or a chunk's block with its halo) on
+    ``device`` ("cpu": host memory of the work arrays, the input and the result
+    included; "cuda": device memory, the input uploaded by the call included).
+    It assumes every voxel survives pruning, so it holds for any phase; typical
+    phases use 50-70% of it.  Compare it with a memory budget to choose between
+    one whole-volume call and chunks (``local_thickness_core``).
+
+    Examples
+    --------
+    >>> thickness_memory_bytes((100, 100, 100), device="cpu") > 0
+    True
+    """
+    n = math.prod(int(v) for v in shape)
+    if n < 0 or len(tuple(shape)) != 3:
+        raise ValueError(f"shape must be 3 non-negative extents, got shape={shape!r}")
+    return _backend("cuda" if device == "cuda" else "cpu").memory_bytes(tuple(int(v) for v in shape))
 
 
 def local_thickness_core(block, core_in_block, r_max, *, spacing=(1, 1, 1), device="auto"):
@@ -220,7 +286,16 @@ def local_thickness_core(block, core_in_block, r_max, *, spacing=(1, 1, 1), devi
     ``< r_max`` from the core box can legally reach it, and for those the
     halo holds their nearest background voxel, so they are exact; all other
     centres are excluded.  A centre that may reach the core with ``D > r_max``
-    proves ``r_max`` wrong and raises ValueError.
+    proves ``r_max`` wrong and raises ValueError.  The lattice (weights, scale)
+    depends on the spacing alone, so chunks and the whole volume agree bit for bit.
+
+    Examples
+    --------
+    >>> slab = np.zeros((9, 4, 12), bool); slab[2:7] = True
+    >>> r = max_inscribed_radius(slab)
+    >>> core = local_thickness_core(slab[:, :, 2:10], (slice(None), slice(None), slice(2, 6)), r)
+    >>> bool((core == local_thickness(slab)[:, :, 4:8]).all())
+    True
     """
     block = _check_binary(block, "block")
     spacing = _check_spacing(spacing)
@@ -247,15 +322,16 @@ def local_thickness_core(block, core_in_block, r_max, *, spacing=(1, 1, 1), devi
         raise ValueError(
             f"block has no background voxel but its core holds phase: r_max={r_max!r} is too "
             "small or the halo is missing (use thickness_halo(r_max, spacing))")
+    weights, scale = _lattice(spacing, block.shape)
     phase = to_device(block, dev)
-    r2keep = r * r * (1.0 + _KEEP_SLACK)
-    r2, d2max = _thickness_r2(phase, spacing, dev, tuple(lo), tuple(hi), r2keep)
+    r2keep = (r / scale) ** 2 * (1.0 + _KEEP_SLACK)
+    r2, d2max = _thickness_r2(phase, weights, dev, tuple(lo), tuple(hi), r2keep)
     if r2 is None:
         raise ValueError(
-            f"r_max={r_max!r} is smaller than an inscribed radius ({math.sqrt(d2max)!r}) of a "
-            "centre near this core, or the halo is too thin: pass the global "
+            f"r_max={r_max!r} is smaller than an inscribed radius ({scale * math.sqrt(d2max)!r}) "
+            "of a centre near this core, or the halo is too thin: pass the global "
             "max_inscribed_radius and read thickness_halo(r_max, spacing) voxels around the core")
-    return _return_like(_finish(r2, dev), block, dev)
+    return _return_like(_finish(r2, scale, dev), block, dev)
 
 
 # --------------------------------------------------------------------------- phase selection

@@ -1,0 +1,204 @@
+"""Pure-NumPy tables of exact local thickness, shared by the CPU and GPU kernels.
+
+Every length is measured on the *lattice* of :func:`lattice`: the spacing is
+``scale * (w0, w1, w2)`` with small integer weights, so the squared length of an
+integer offset ``(di, dj, dk)`` is the integer ``(di*w0)**2 + (dj*w1)**2 + (dk*w2)**2``
+(held exactly in float64 below 2**53).  Equal lengths therefore compare equal,
+and the physical length is ``scale * sqrt(N)`` (docs/definitions.md, "Ties").
+
+No numba, CuPy or edt here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+
+import numpy as np
+
+# Spacing ratios are snapped to a common denominator L <= LATTICE_MAX_DENOMINATOR ...
+LATTICE_MAX_DENOMINATOR = 4096
+# ... the smallest L that reproduces every ratio within this relative tolerance.
+LATTICE_RTOL = 1e-9
+# Squared lattice lengths are exact in float64 below this.
+EXACT_LIMIT = float(2**53)
+
+
+@functools.lru_cache(maxsize=64)
+def lattice(spacing) -> tuple[tuple[int, int, int], float]:
+    """Integer weights and common scale of a spacing: ``spacing ~= scale * weights``.
+
+    With ``s_min = min(spacing)``, ``L`` is the smallest integer in
+    ``1 .. LATTICE_MAX_DENOMINATOR`` such that every ``L * s / s_min`` lies within
+    ``LATTICE_RTOL`` (relative) of an integer; the weights are those integers and
+    ``scale = s_min / L``.  When no ``L`` qualifies (ratios that are not decimal
+    fractions of few digits), the ``L`` with the smallest relative deviation is used:
+    the result is then the exact local thickness of a spacing within about
+    ``LATTICE_MAX_DENOMINATOR**-1.5`` (relative, per axis) of the one given.
+
+    Examples
+    --------
+    >>> lattice((0.65, 0.65, 2.0))
+    ((13, 13, 40), 0.05)
+    >>> lattice((2.0, 2.0, 2.0))
+    ((1, 1, 1), 2.0)
+    """
+    s = [float(v) for v in spacing]
+    smin = min(s)
+    ratios = [Fraction(v) / Fraction(smin) for v in s]  # exact ratios of the floats
+    best = None
+    for den in range(1, LATTICE_MAX_DENOMINATOR + 1):
+        dev = 0.0
+        for r in ratios:
+            x = r * den
+            dev = max(dev, float(abs(x - round(x)) / x))
+        if dev <= LATTICE_RTOL:
+            best = (dev, den)
+            break
+        if best is None or dev < best[0]:
+            best = (dev, den)
+    den = best[1]
+    weights = tuple(int(round(r * den)) for r in ratios)
+    return weights, float(Fraction(smin) / den)
+
+
+def canonical_norms(di, dj, dk, weights) -> np.ndarray:
+    """Squared lattice length of integer offsets (float64, exact integers)."""
+    wx, wy, wz = (float(w) for w in weights)
+    x = np.asarray(di, np.float64) * wx
+    y = np.asarray(dj, np.float64) * wy
+    z = np.asarray(dk, np.float64) * wz
+    return (x * x + y * y) + z * z
+
+
+# Offsets in a pruning table: about 4/3 pi r^3; beyond this many the continuous test is used.
+MAX_TABLE_OFFSETS = 2_000_000
+
+
+def offset_table(r2cap: float, weights):
+    """Integer offsets with squared length < r2cap, sorted by it (stable): (norms, di, dj, dk)."""
+    r = math.sqrt(r2cap)
+    h = [int(r / float(w)) + 1 for w in weights]
+    if max(h) > 32767:
+        raise ValueError(f"radius {r} too large for an offset table (int16 offsets)")
+    ai, aj, ak = (np.arange(-m, m + 1, dtype=np.int16) for m in h)
+    di, dj, dk = np.meshgrid(ai, aj, ak, indexing="ij")
+    norms = canonical_norms(di, dj, dk, weights).ravel()
+    sel = np.flatnonzero(norms < r2cap)
+    order = sel[np.argsort(norms[sel], kind="stable")]
+    return (norms[order], di.ravel()[order].copy(), dj.ravel()[order].copy(),
+            dk.ravel()[order].copy())
+
+
+def _table_cap(r2need: float, weights) -> float:
+    """The r2cap of a table for r2need (grown geometrically), bounded by MAX_TABLE_OFFSETS."""
+    vox = float(np.prod([float(w) for w in weights]))
+    rmax_allowed = (MAX_TABLE_OFFSETS * vox * 3 / (4 * math.pi)) ** (1 / 3)
+    cap = max(2.0 * r2need, 16.0 * max(float(w) for w in weights) ** 2)
+    return min(cap, rmax_allowed ** 2)
+
+
+_PRUNE_TABLES: dict = {}
+_LEVEL_LUTS: dict = {}
+# Level lookup tables (one int64 per integer squared length) up to this length.
+LEVEL_LUT_MAX = 2**24
+
+
+def level_lut(levels, r2cap, weights) -> np.ndarray:
+    """lut[v] = index of the largest level < v for integers v < r2cap (the prune kernel's
+    level lookup without a binary search); empty when r2cap > LEVEL_LUT_MAX."""
+    if r2cap > LEVEL_LUT_MAX:
+        return np.zeros(0, np.int64)
+    key = (tuple(int(w) for w in weights), float(r2cap), levels.size)
+    lut = _LEVEL_LUTS.get(key)
+    if lut is None:
+        n = int(math.floor(r2cap))
+        if n >= r2cap:
+            n -= 1
+        v = np.arange(n + 1, dtype=np.float64)
+        lut = (np.searchsorted(levels, v, side="left") - 1).astype(np.int64)
+        _LEVEL_LUTS.clear()
+        _LEVEL_LUTS[key] = lut
+    return lut
+
+
+def prune_table(r2need: float, weights):
+    """(levels, need, r2cap): distinct squared lengths < r2cap and, for each of the 7
+    neighbour types e = (|di|, |dj|, |dk|) (index 4|di| + 2|dj| + |dk| - 1),
+    need[e, l] = max |o + e|^2 over the offsets o with |o|^2 <= levels[l].  Cached per
+    weights; grows when needed."""
+    key = tuple(int(w) for w in weights)
+    t = _PRUNE_TABLES.get(key)
+    if t is not None and (t[2] > r2need or t[3]):
+        return t[:3]
+    cap = _table_cap(r2need, key)
+    norms, di, dj, dk = offset_table(cap, key)
+    levels, first = np.unique(norms, return_index=True)
+    last = np.r_[first[1:], norms.size] - 1
+    need = np.empty((7, levels.size), np.float64)
+    adi, adj, adk = (np.abs(v).astype(np.int64) for v in (di, dj, dk))
+    for e in range(1, 8):
+        ei, ej, ek = (e >> 2) & 1, (e >> 1) & 1, e & 1
+        m = canonical_norms(adi + ei, adj + ej, adk + ek, key)
+        need[e - 1] = np.maximum.accumulate(m)[last]
+    saturated = cap < max(2.0 * r2need, 16.0 * max(key) ** 2)
+    _PRUNE_TABLES[key] = (levels, need, cap, saturated)
+    return levels, need, cap
+
+
+# Integer painting tables (indexed by squared length) are used up to this squared radius.
+INT_TABLE_MAX = 2**20
+
+
+@functools.lru_cache(maxsize=8)
+def _disc_need(r2max: int, wy: int, wz: int) -> np.ndarray:
+    qa = math.isqrt(r2max) // wy + 2
+    qb = math.isqrt(r2max) // wz + 2
+    a, b = np.meshgrid(np.arange(qa, dtype=np.int64), np.arange(qb, dtype=np.int64),
+                       indexing="ij")
+    norm = ((a * wy) ** 2 + (b * wz) ** 2).ravel()
+    order = np.argsort(norm, kind="stable")
+    norm = norm[order]
+    a = a.ravel()[order]
+    b = b.ravel()[order]
+    # count[rho] = how many sorted norms are < rho (the disc of rho, one quadrant)
+    count = np.searchsorted(norm, np.arange(r2max + 1, dtype=np.int64), side="left")
+    need = np.zeros((9, r2max + 1), np.int64)
+    for ey in range(2):
+        for ek in range(2):
+            pm = np.maximum.accumulate(((a + ey) * wy) ** 2 + ((b + ek) * wz) ** 2)
+            row = np.where(count > 0, pm[np.maximum(count - 1, 0)], 0)
+            row[0] = 0
+            need[ey * 3 + ek] = row
+    return need
+
+
+def disc_need_table(r2max: int, wy: int, wz: int) -> np.ndarray:
+    """need[|ey|*3 + |ek|, rho] = max of |o + (ey, ek)|^2 over the disc
+    {o : (o_y*wy)^2 + (o_z*wz)^2 < rho}: that disc shifted by (ey, ek) lies inside the
+    disc of rho' iff rho' > need.  (The first axis has 9 rows; 0, 1, 3, 4 are used.)"""
+    return _disc_need(int(r2max), int(wy), int(wz))
+
+
+def half_table(r2max: int, w: int) -> np.ndarray:
+    """hw[B] = the largest h >= 0 with (h*w)^2 < B for 1 <= B <= r2max, hw[0] = -1 (int64)."""
+    b = np.arange(r2max + 1, dtype=np.int64)
+    q = np.maximum(b - 1, 0) // (w * w)  # (h*w)^2 < B  <=>  h^2 <= (B - 1) // w^2
+    h = np.floor(np.sqrt(q.astype(np.float64))).astype(np.int64)
+    h += (h + 1) * (h + 1) <= q
+    h -= h * h > q
+    h[0] = -1
+    return h
+
+
+def diameter_lut(values: np.ndarray, scale: float, xp=np) -> "np.ndarray":
+    """Diameters of squared lattice radii: ``float32(2*sqrt(v)) * float32(scale)``, the
+    product rounded in float32, with 0 prepended (rank 0 = not covered).
+
+    The scale is applied last, in float32, so ``LT(X, s*spacing) == s * LT(X, spacing)``
+    holds bit for bit in float32 whenever both spacings share their weights.
+    """
+    lut = xp.zeros(values.size + 1, np.float32)
+    lut[1:] = (2.0 * xp.sqrt(values)).astype(np.float32) * np.float32(scale)
+    return lut
