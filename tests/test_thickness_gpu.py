@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from thickness_oracle import oracle_local_thickness  # noqa: E402
+from thickness_oracle import oracle_d2_int, oracle_local_thickness  # noqa: E402
 
 from volsweep import thickness as T  # noqa: E402
-from volsweep import _thickness_cpu as CPU  # noqa: E402
+from volsweep import _thickness_tables as TAB  # noqa: E402
 from volsweep._thickness_gpu import CUDA_SOURCE  # noqa: E402
 from volsweep.tiling import plan_tiles  # noqa: E402
 
@@ -62,12 +62,6 @@ extern "C" void run_prune(unsigned grid, unsigned block, const double* d2, unsig
                           long long nlev, const double* need, double r2cap)
 { LAUNCH(lt_prune, d2, keep, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
          levels, nlev, need, r2cap) }
-extern "C" void run_paint(unsigned grid, unsigned block, const long long* cand, const double* d2,
-                          const unsigned int* rank, long long ncand, long long n1, long long n2,
-                          double sx, double sy, double sz, long long lo0, long long lo1,
-                          long long lo2, long long hi0, long long hi1, long long hi2,
-                          unsigned int* out)
-{ LAUNCH(lt_paint, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, out) }
 extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand, const double* d2,
                                const unsigned int* rank, long long ncand, long long n1, long long n2,
                                double sx, double sy, double sz, long long lo0, long long lo1,
@@ -98,15 +92,16 @@ def _p(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
-def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.inf,
-                       method="ball"):
+def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None):
     """The GPU module's pipeline, step for step, with the kernels run on the CPU."""
     L, D = ctypes.c_longlong, ctypes.c_double
     n0, n1, n2 = phase.shape
     n = phase.size
     box_lo = box_lo or (0, 0, 0)
     box_hi = box_hi or phase.shape
-    sx, sy, sz = (float(s) for s in spacing)
+    weights, scale = TAB.lattice(tuple(float(s) for s in spacing))
+    r2keep = np.inf if r_max is None else (r_max / scale) ** 2 * (1 + 1e-9)
+    sx, sy, sz = (float(w) for w in weights)
     ph = np.ascontiguousarray(phase).view(np.uint8)
     a = np.empty(phase.shape)
     b = np.empty(phase.shape)
@@ -115,12 +110,11 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.
     lib.run_pass(g(n), 64, _p(a), _p(b), L(n), L(n1), L(n2), D(sy))
     lib.run_pass(g(n), 64, _p(b), _p(a), L(n), L(n2), L(1), D(sz))
     d2 = a
-    eps = 0.0 if CPU.is_integer_spacing(spacing) else 1e-9
     r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
-    levels, need, cap = CPU.prune_table(r2need, spacing)
+    levels, need, cap = TAB.prune_table(r2need, weights)
     need = np.ascontiguousarray(need)
     keep = np.empty(phase.shape, np.uint8)
-    lib.run_prune(g(n), 64, _p(d2), _p(keep), L(n0), L(n1), L(n2), D(sx), D(sy), D(sz), D(eps),
+    lib.run_prune(g(n), 64, _p(d2), _p(keep), L(n0), L(n1), L(n2), D(sx), D(sy), D(sz), D(0.0),
                   *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep), _p(levels),
                   L(levels.size), _p(need), D(cap))
     cand = np.flatnonzero(keep).astype(np.int64)
@@ -128,57 +122,58 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r2keep=np.
     values = np.unique(r2s)
     rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
     shape = tuple(h - l for l, h in zip(box_lo, box_hi))
-    out = np.zeros(shape, np.uint32)
-    if method == "rows":
-        nq = max(0, shape[2].bit_length() - 1)
-        M = np.zeros((nq + 1,) + shape, np.uint32)
-        lib.run_paint_rows(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
-                           L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo],
-                           *[L(v) for v in box_hi], _p(M))
-        for q in range(nq, 0, -1):
-            lib.run_pushdown(g(out.size), 64, _p(M), L(out.size), L(shape[2]), ctypes.c_int(q))
-        out = M[0].copy()
-    else:
-        lib.run_paint(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
-                      L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo], *[L(v) for v in box_hi],
-                      _p(out))
-    return d2, CPU.finish(out, values)
+    nq = max(0, shape[2].bit_length() - 1)
+    M = np.zeros((nq + 1,) + shape, np.uint32)
+    lib.run_paint_rows(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
+                       L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo],
+                       *[L(v) for v in box_hi], _p(M))
+    size = int(np.prod(shape))
+    for q in range(nq, 0, -1):
+        lib.run_pushdown(g(size), 64, _p(M), L(size), L(shape[2]), ctypes.c_int(q))
+    return d2, TAB.diameter_lut(values, scale)[M[0]]
 
 
-@pytest.mark.parametrize("method", ["ball", "rows"])
-@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 2, 3), (0.7, 1.1, 1.3)])
+SPACINGS = [(1, 1, 1), (1, 2, 3), (0.7, 1.1, 1.3), (0.65, 0.65, 0.65), (0.65, 0.65, 2.0),
+            (0.7, 1.3, 1.0), (0.3, 0.3, 0.3)]
+
+
+@pytest.mark.parametrize("spacing", SPACINGS)
 @pytest.mark.parametrize("kind", ["random", "blobs"])
-def test_cuda_source_emulated_matches_cpu_and_oracle(emulated, spacing, kind, method):
+def test_cuda_source_emulated_matches_cpu_and_oracle(emulated, spacing, kind):
     rng = np.random.default_rng(sum(map(ord, kind)) + int(10 * sum(spacing)))
     shape = (13, 17, 11)
     phase = rng.random(shape) > 0.3 if kind == "random" else blobs(shape, sigma=1.5, seed=5)
-    d2, lt = emulated_thickness(emulated, phase, spacing, method=method)
-    np.testing.assert_array_equal(d2, CPU.edt_sq(phase, spacing, method="numba"))
+    d2, lt = emulated_thickness(emulated, phase, spacing)
+    np.testing.assert_array_equal(d2, oracle_d2_int(phase, spacing)[0])
     np.testing.assert_array_equal(lt, T.local_thickness(phase, spacing=spacing, device="cpu"))
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
-@pytest.mark.parametrize("method", ["ball", "rows"])
-def test_cuda_source_emulated_core_mode(emulated, method):
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])
+def test_cuda_source_emulated_core_mode(emulated, spacing):
     phase = blobs((30, 26, 22), sigma=2.5, seed=9)
-    whole = T.local_thickness(phase)
-    r_max = T.max_inscribed_radius(phase)
+    whole = T.local_thickness(phase, spacing=spacing)
+    r_max = T.max_inscribed_radius(phase, spacing=spacing)
     # One core with a halo thinner than 2 R_max on purpose would not be exact; use the real one.
-    halo = T.thickness_halo(r_max)
+    halo = T.thickness_halo(r_max, spacing)
     core = (slice(8, 16), slice(5, 12), slice(9, 15))
     start = [max(0, s.start - h) for s, h in zip(core, halo)]
     stop = [min(n, s.stop + h) for s, h, n in zip(core, halo, phase.shape)]
     block = phase[tuple(slice(a, b) for a, b in zip(start, stop))]
     lo = tuple(s.start - a for s, a in zip(core, start))
     hi = tuple(s.stop - a for s, a in zip(core, start))
-    _, lt = emulated_thickness(emulated, block, (1, 1, 1), lo, hi, r_max * r_max * (1 + 1e-9),
-                               method=method)
+    _, lt = emulated_thickness(emulated, block, spacing, lo, hi, r_max)
     np.testing.assert_array_equal(lt, whole[core])
+
+
+def test_gpu_module_needs_no_cpu_module():
+    src = (Path(T.__file__).parent / "_thickness_gpu.py").read_text()
+    assert "_thickness_cpu" not in src.split('"""', 2)[2] and "numba" not in src.split('"""', 2)[2]
 
 
 # ----------------------------------------------------------------------------- real GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
+@pytest.mark.parametrize("spacing", SPACINGS)
 def test_gpu_equals_cpu_and_oracle(spacing):
     import cupy as cp
 
@@ -190,20 +185,41 @@ def test_gpu_equals_cpu_and_oracle(spacing):
             cpu = T.local_thickness(phase, spacing=spacing, device="cpu")
             np.testing.assert_array_equal(gpu.get(), cpu)
             np.testing.assert_array_equal(cpu, oracle_local_thickness(phase, spacing))
+            n_gpu = T._squared_radius(phase, spacing=spacing, device="cuda")[0]
+            np.testing.assert_array_equal(n_gpu, T._squared_radius(phase, spacing=spacing)[0])
 
 
 @pytest.mark.gpu
-def test_gpu_rows_painter_equals_ball_painter():
+def test_gpu_reproducer_and_exact_scale_invariance():
+    import cupy as cp
+
+    g = np.mgrid[:13, :13, :13] - 6
+    phase = (g ** 2).sum(0) <= 25
+    phase[2, 3, 6] = False
+    dev = cp.asarray(phase)
+    base = T.local_thickness(dev).get()
+    assert T.local_thickness(dev, spacing=(0.65,) * 3).get()[1, 6, 6] == (
+        np.float32(2 * np.sqrt(17)) * np.float32(0.65))
+    for s in (0.3, 0.65, 0.7, 1.1):
+        np.testing.assert_array_equal(T.local_thickness(dev, spacing=(s, s, s)).get(), s * base)
+
+
+@pytest.mark.gpu
+def test_gpu_painting_every_phase_voxel_equals_pruned():
+    # No pruning (every phase voxel a centre) gives the same map as the pruned centres.
     import cupy as cp
 
     from volsweep import _thickness_gpu as G
 
     phase = cp.asarray(blobs((48, 40, 33), sigma=3.0, seed=8))
     for spacing in [(1, 1, 1), (0.7, 1.1, 1.3)]:
-        d2 = G.edt_sq(phase, spacing)
-        cand = G.candidates(d2, spacing, (0, 0, 0), phase.shape, np.inf, 0.0)
-        a = G.finish(*G.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="ball"))
-        b = G.finish(*G.paint(d2, cand, spacing, (0, 0, 0), phase.shape, method="rows"))
+        weights, scale = TAB.lattice(spacing)
+        d2 = G.edt_sq(phase, weights)
+        cand, _ = G.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
+        everything = cp.flatnonzero(phase)
+        assert cand.size < everything.size
+        a = G.finish(*G.paint(d2, cand, weights, (0, 0, 0), phase.shape), scale)
+        b = G.finish(*G.paint(d2, everything, weights, (0, 0, 0), phase.shape), scale)
         assert bool((a == b).all())
 
 
@@ -238,18 +254,16 @@ def test_gpu_chunked_equals_whole():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("painter", ["ball", "rows"])
-def test_gpu_repeated_calls_no_memory_growth(painter, monkeypatch):
+def test_gpu_repeated_calls_no_memory_growth_and_within_the_estimate():
     import cupy as cp
 
-    from volsweep import _thickness_gpu as G
-
-    monkeypatch.setattr(G, "PAINT", painter)
-    phase = cp.asarray(blobs((64, 64, 64), sigma=3.0, seed=6))
+    phase_np = blobs((64, 64, 64), sigma=3.0, seed=6)
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    phase = cp.asarray(phase_np)
     first = T.local_thickness(phase)
     for _ in range(3):  # warm-up: the pool settles once the caller holds one result
         again = T.local_thickness(phase)
-    pool = cp.get_default_memory_pool()
     cp.cuda.Device().synchronize()
     held = pool.total_bytes()
     for _ in range(20):
@@ -257,16 +271,5 @@ def test_gpu_repeated_calls_no_memory_growth(painter, monkeypatch):
     cp.cuda.Device().synchronize()
     assert pool.total_bytes() <= held
     assert bool((again == first).all())
-
-
-@pytest.mark.gpu
-def test_gpu_falls_back_to_ball_painter_when_rows_table_does_not_fit(monkeypatch):
-    import cupy as cp
-
-    from volsweep import _thickness_gpu as GPU
-
-    phase = blobs((29, 23, 31), seed=5)
-    expected = T.local_thickness(phase, spacing=(1, 2, 1), device="cpu")
-    monkeypatch.setattr(GPU, "_rows_fit", lambda nbytes: False)
-    got = T.local_thickness(cp.asarray(phase), spacing=(1, 2, 1), device="cuda")
-    np.testing.assert_array_equal(cp.asnumpy(got), expected)
+    # the pool holds the peak of one call (plus the caller's input and two results)
+    assert held <= T.thickness_memory_bytes(phase.shape, device="cuda") + 3 * phase.size * 4

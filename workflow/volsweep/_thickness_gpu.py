@@ -1,9 +1,9 @@
 """GPU kernels of exact local thickness (CuPy RawKernels), cached across calls.
 
-The same steps as ``_thickness_cpu`` with the same canonical float64
-squared distances (see that module's docstring); ``__dmul_rn``/``__dadd_rn``
-keep the compiler from fusing them into FMAs, so the GPU and the CPU give
-bit-identical results:
+The same steps as ``_thickness_cpu`` on the same integer lattice
+(``_thickness_tables.lattice``): squared lengths are integers held exactly in
+float64, and ``__dmul_rn``/``__dadd_rn`` keep the compiler from fusing them into
+FMAs, so the GPU and the CPU give bit-identical results:
 
 1. ``lt_edt0``: two scans along axis 0, one thread per (j, k) line (coalesced);
    ``lt_edt_pass``: axes 1 and 2, one thread per voxel, searching outwards
@@ -11,13 +11,12 @@ bit-identical results:
    Our own kernels rather than cupyx's ``distance_transform_edt``, which pads
    non-cubic inputs to a cube and returns rooted, not squared, distances.
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
-   (exact table test, ``_thickness_cpu.prune_table``).
-3. ``lt_paint_rows`` (default): one warp per surviving centre, lanes over the rows of
-   each plane slice of its ball; every row span becomes two ``atomicMax`` of the
+   (exact table test, ``_thickness_tables.prune_table``).
+3. ``lt_paint_rows``: one warp per surviving centre, lanes over the rows of each
+   plane slice of its ball; every row span becomes two ``atomicMax`` of the
    centre's rank among the distinct D2 values (uint32) into a sparse table of
-   power-of-two spans, pushed down by ``lt_pushdown``.  ``lt_paint`` ("ball") writes
-   every ball voxel instead.  ``finish`` maps ranks back to 2*sqrt(D2) through a
-   lookup table.
+   power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
+   diameters through ``_thickness_tables.diameter_lut``.
 
 Module-level state (compiled module, pruning tables) lives for the process: no
 per-call compilation, and the tables only grow when a larger radius is seen.
@@ -30,6 +29,8 @@ import functools
 import math
 
 import numpy as np
+
+from ._thickness_tables import diameter_lut, prune_table
 
 CUDA_SOURCE = r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -177,60 +178,6 @@ __device__ __forceinline__ long long lt_shrink(long long h, double base, double 
     return h;
 }
 
-/* One warp per centre.  Rows (+-di, +-dj) share one half-width along axis 2; the
-   half-widths shrink monotonically, so every lane computes them (uniformly) and the
-   lanes paint the up-to-4 spans of a row group, coalesced along axis 2. */
-extern "C" __global__ void lt_paint(const long long* __restrict__ cand, const double* __restrict__ d2,
-                                    const unsigned int* __restrict__ rank, long long ncand,
-                                    long long n1, long long n2, double sx, double sy, double sz,
-                                    long long lo0, long long lo1, long long lo2,
-                                    long long hi0, long long hi1, long long hi2,
-                                    unsigned int* __restrict__ out)
-{
-    long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long w = gt >> 5;
-    int lane = (int)(gt & 31);
-    if (w >= ncand) return;
-    long long p = cand[w];
-    long long k = p % n2;
-    long long j = (p / n2) % n1;
-    long long i = p / (n1 * n2);
-    double r2 = d2[p];
-    unsigned int rk = rank[w];
-    long long m1 = hi1 - lo1, m2 = hi2 - lo2;
-    long long hi = lt_half(0.0, r2, sx);
-    long long hj = lt_half(0.0, r2, sy);
-    long long hk0 = lt_half(0.0, r2, sz);
-    for (long long adi = 0; adi <= hi; ++adi) {
-        double x = __dmul_rn((double)adi, sx);
-        double aa = __dmul_rn(x, x);
-        hj = lt_shrink(hj, aa, r2, sy);
-        int xin0 = (i + adi >= lo0 && i + adi < hi0);
-        int xin1 = (adi > 0 && i - adi >= lo0 && i - adi < hi0);
-        if (!xin0 && !xin1) continue;
-        long long hk = hk0;
-        for (long long adj = 0; adj <= hj; ++adj) {
-            double y = __dmul_rn((double)adj, sy);
-            double ab = __dadd_rn(aa, __dmul_rn(y, y));
-            hk = lt_shrink(hk, ab, r2, sz);
-            if (hk < 0) break;
-            long long len = 2 * hk + 1;
-            for (long long t = lane; t < 4 * len; t += 32) {
-                int r = (int)(t / len);
-                long long dk = t - r * len - hk;
-                if ((r & 1) && adi == 0) continue;
-                if ((r & 2) && adj == 0) continue;
-                long long xx = (r & 1) ? i - adi : i + adi;
-                long long yy = (r & 2) ? j - adj : j + adj;
-                long long zz = k + dk;
-                if (xx < lo0 || xx >= hi0 || yy < lo1 || yy >= hi1 || zz < lo2 || zz >= hi2) continue;
-                long long o = ((xx - lo0) * m1 + (yy - lo1)) * m2 + (zz - lo2);
-                if (out[o] < rk) atomicMax(out + o, rk);
-            }
-        }
-    }
-}
-
 /* Painter "rows": one warp per centre, lanes over the rows of a plane slice.  Each row
    span [l, r] of axis 2 becomes two atomicMax into level q = floor(log2(r - l + 1)) of a
    sparse table M (levels of m0*m1*m2 uint32): M[q][row][l] and M[q][row][r - 2^q + 1]. */
@@ -325,15 +272,13 @@ def _grid(n: int, per_block: int = _BLOCK) -> tuple[int]:
 
 
 class _Tables:
-    """Pruning tables (see ``_thickness_cpu.prune_table``) on the device, per spacing."""
+    """Pruning tables (``_thickness_tables.prune_table``) on the device, per lattice."""
 
     def __init__(self):
         self._tables = {}
 
     def get(self, r2need: float, spacing):
         import cupy as cp
-
-        from ._thickness_cpu import prune_table
 
         key = tuple(float(s) for s in spacing)
         levels, need, cap = prune_table(r2need, key)
@@ -350,39 +295,45 @@ class _Tables:
 TABLES = _Tables()
 
 
-def edt_sq(phase, spacing):
-    """Canonical squared distance map (float64 CuPy array) of a boolean CuPy array."""
+def edt_sq(phase, weights):
+    """Squared lattice distance map (float64 CuPy array, exact integers) of a boolean CuPy array."""
     import cupy as cp
 
     n0, n1, n2 = phase.shape
     n = phase.size
-    sx, sy, sz = (float(s) for s in spacing)
+    wx, wy, wz = (float(w) for w in weights)
     ph = cp.ascontiguousarray(phase).view(cp.uint8)
     a = cp.empty(phase.shape, cp.float64)
     b = cp.empty(phase.shape, cp.float64)
     nline = n1 * n2
-    _kernel("lt_edt0")(_grid(nline, 128), (128,), (ph, a, np.int64(n0), np.int64(nline), np.float64(sx)))
-    _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (a, b, np.int64(n), np.int64(n1), np.int64(n2), np.float64(sy)))
-    _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (b, a, np.int64(n), np.int64(n2), np.int64(1), np.float64(sz)))
+    _kernel("lt_edt0")(_grid(nline, 128), (128,), (ph, a, np.int64(n0), np.int64(nline), np.float64(wx)))
+    _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (a, b, np.int64(n), np.int64(n1), np.int64(n2), np.float64(wy)))
+    _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (b, a, np.int64(n), np.int64(n2), np.int64(1), np.float64(wz)))
     del b
     return a
 
 
-def candidates(d2, spacing, box_lo, box_hi, r2keep, eps):
-    """Flat indices (sorted) of the ball centres that survive pruning."""
+# The continuous containment test beyond the table is exact below this squared length;
+# above, a relative slack makes it prune only balls that are certainly contained.
+_PRUNE_EXACT = float(2**25)
+
+
+def candidates(d2, weights, box_lo, box_hi, r2keep):
+    """Flat indices (sorted) of the ball centres that survive pruning, and None (no uphill bits)."""
     import cupy as cp
 
     n0, n1, n2 = d2.shape
-    sx, sy, sz = (float(s) for s in spacing)
+    wx, wy, wz = (float(w) for w in weights)
     r2need = float(_finite_max(d2))
-    cap, levels, need = TABLES.get(r2need, spacing)
+    cap, levels, need = TABLES.get(r2need, weights)
+    eps = 0.0 if r2need < _PRUNE_EXACT else 1e-9
     keep = cp.empty(d2.shape, cp.uint8)
     _kernel("lt_prune")(_grid(d2.size), (_BLOCK,), (
         d2, keep, np.int64(n0), np.int64(n1), np.int64(n2),
-        np.float64(sx), np.float64(sy), np.float64(sz), np.float64(eps),
+        np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
         *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
         levels, np.int64(levels.size), need, np.float64(cap)))
-    return cp.flatnonzero(keep)
+    return cp.flatnonzero(keep), None
 
 
 @functools.cache
@@ -397,70 +348,65 @@ def _finite_max(d2):
     return _finite_max_kernel()(d2)
 
 
-# Which painter ``paint`` uses: "rows" (two atomics per ball row into a sparse table of
-# power-of-two spans, then a push-down) or "ball" (one write per ball voxel).  Same
-# result.  Measured on an H200 (benchmarks/NOTES_thickness.md): "rows" 12.5 ms per 250^3
-# call against 31.1 ms, 0.24 s at 800x800x200 against 2.45 s.  "rows" needs a table of
-# (floor(log2(m2)) + 1) uint32 volumes; when that exceeds half the free device memory
-# (small GPUs, big chunks) the default falls back to "ball".
-PAINT = "rows"
+def _levels(m2: int) -> int:
+    """Levels of the sparse table of spans along an axis of m2 voxels."""
+    return max(0, int(m2).bit_length() - 1) + 1
 
 
-def _rows_fit(nbytes: int) -> bool:
+def paint(d2, cand, weights, box_lo, box_hi, extra=None):
+    """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes.
+
+    Needs ``_levels(m2)`` uint32 volumes of the box for the sparse table
+    (``memory_bytes``).
+    """
     import cupy as cp
-
-    free = cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
-    return nbytes <= 0.5 * free
-
-
-def paint(d2, cand, spacing, box_lo, box_hi, method=None):
-    """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes."""
-    import cupy as cp
-
-    auto = method is None
-    method = PAINT if method is None else method
-    if method not in ("ball", "rows"):
-        raise ValueError(f"method must be 'ball' or 'rows', got method={method!r}")
 
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
-    if auto and method == "rows":
-        nlev = max(0, shape[2].bit_length() - 1) + 1
-        if not _rows_fit(4 * nlev * math.prod(shape)):
-            method = "ball"
-    out = cp.zeros(shape, cp.uint32)
     r2s = d2.ravel()[cand]
     values = cp.unique(r2s)
-    if cand.size == 0 or out.size == 0:
-        return out, values
+    if cand.size == 0 or math.prod(shape) == 0:
+        return cp.zeros(shape, cp.uint32), values
     rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
+    del r2s
     _, n1, n2 = d2.shape
-    sx, sy, sz = (float(s) for s in spacing)
-    if method == "rows":
-        m2 = shape[2]
-        nq = max(0, m2.bit_length() - 1)
-        level = out.size
-        M = cp.zeros((nq + 1,) + shape, cp.uint32)
-        _kernel("lt_paint_rows")(_grid(cand.size * 32), (_BLOCK,), (
-            cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
-            np.float64(sx), np.float64(sy), np.float64(sz),
-            *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], M))
-        for q in range(nq, 0, -1):
-            _kernel("lt_pushdown")(_grid(level), (_BLOCK,), (M, np.int64(level), np.int64(m2),
-                                                             np.int32(q)))
-        out[...] = M[0]
-        del M
-        return out, values
-    _kernel("lt_paint")(_grid(cand.size * 32), (_BLOCK,), (
+    wx, wy, wz = (float(w) for w in weights)
+    m2 = shape[2]
+    nq = _levels(m2) - 1
+    level = math.prod(shape)
+    M = cp.zeros((nq + 1,) + shape, cp.uint32)
+    _kernel("lt_paint_rows")(_grid(cand.size * 32), (_BLOCK,), (
         cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
-        np.float64(sx), np.float64(sy), np.float64(sz),
-        *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], out))
+        np.float64(wx), np.float64(wy), np.float64(wz),
+        *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], M))
+    for q in range(nq, 0, -1):
+        _kernel("lt_pushdown")(_grid(level), (_BLOCK,), (M, np.int64(level), np.int64(m2),
+                                                         np.int32(q)))
+    out = M[0].copy()
+    del M
     return out, values
 
 
-def finish(ranks, values):
-    """Float32 diameter from a rank map: 2*sqrt(values[rank - 1]), 0 where rank is 0."""
+def finish(ranks, values, scale=1.0):
+    """Float32 diameter from a rank map (``_thickness_tables.diameter_lut``), 0 where rank is 0."""
     import cupy as cp
 
-    lut = cp.zeros(values.size + 1, cp.float32)
-    lut[1:] = (2.0 * cp.sqrt(values)).astype(cp.float32)
-    return lut[ranks]
+    return diameter_lut(values, scale, xp=cp)[ranks]
+
+
+def memory_bytes(shape) -> int:
+    """Peak device memory of a call on a ``shape`` block, bound for any phase (see
+    ``thickness.thickness_memory_bytes``): per voxel the uploaded input (uint8), the two
+    float64 distance passes, the uint8 prune mask, the kept centres (flat index, D2, rank
+    and their sort, every voxel kept) and, while painting, the sparse table of
+    ``_levels(m2)`` uint32 volumes and the rank map; the float32 result after it."""
+    n = math.prod(shape)
+    edt = 1 + 8 + 8                       # input, two passes
+    prune = 1 + 8 + 1 + 8 + 8 + 8          # input, D2, mask, flatnonzero (index + scan)
+    paint = 1 + 8 + 8 + 8 + 4 + 8 + 4 * _levels(shape[2]) + 4  # + unique's sort, table, copy
+    finish = 1 + 8 + 4 + 4                 # D2 still held, ranks, result
+    return int(n * max(edt, prune, paint, finish) + _TABLE_BYTES)
+
+
+# Pruning tables on the device: levels and 7 rows of thresholds (float64), at most
+# MAX_TABLE_OFFSETS levels.
+_TABLE_BYTES = 8 * 8 * 2_000_000
