@@ -1,26 +1,31 @@
-"""Benchmark of volsweep's exact local thickness against the baselines, same run.
+"""Benchmark of volsweep's exact local thickness: data cases, devices, baselines, same run.
 
-GPU (``--device cuda``):
-  * 250^3 porous blobs: per-call time (CUDA events, median), 100 repeated calls
-    (max/median, device-memory growth);
-  * 800x800x200 blobs: per-call time;
-  * the original user pipeline (seed 001): edt + skimage skeletonize + FFT dilation
-    per radius on the GPU (cupyx fftconvolve), and an integer-radius loop of EDTs
-    (the ltedt approach, cupyx distance_transform_edt), both re-implemented here,
-    timed once and scored against the exact result.
-CPU (``--device cpu``):
-  * 250^3 blobs: volsweep vs PoreSpy ``local_thickness`` (defaults) and the
-    ``localthickness`` package (Dahl & Dahl), plus an accuracy table (mean
-    absolute error of the diameter over the phase, vs the exact result).
+Cases (``--cases``):
+  blobs     porous blobs (PoreSpy's recipe: Gaussian-filtered noise,
+            sigma = mean(shape)/40/blobiness, thresholded at the porosity)
+  spheres   the solid between random overlapping spherical pores (few large balls)
+  pores     a solid with a few isolated pore voxels (the air around a specimen, inverted):
+            the worst case of ball painting (every ball ~ the volume)
+  cylinder  the air around a cylinder along axis 2 (radius 0.3 n)
+
+Parts (``--parts``, CPU and GPU):
+  cases     every case at ``--size``, median of ``--repeat`` calls (first call untimed)
+  scaling   the pores case at several sizes (``--pores-sizes``)
+  spacing   blobs at spacings (1,1,1), 0.65, (0.65,0.65,2.0), (0.7,1.3,1.0): time and the
+            exact scale invariance check
+  porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs at
+            porosity 0.5/0.6, blobiness 1/2, against volsweep in the same run
+  edt       (CPU) the edt package's ``edtsq`` against volsweep's numba passes, at the
+            thread counts of ``--threads`` (fresh processes)
+  gpu       (GPU) 250^3 blobs over ``--calls`` calls (CUDA events; max/median; pool bytes),
+            800x800x200 blobs, peak pool bytes against ``thickness_memory_bytes``
 
 Usage::
 
-    python benchmarks/bench_thickness.py --device cpu --size 250 --out bench_cpu.json
-    python benchmarks/bench_thickness.py --device cuda --calls 100 --out bench_gpu.json
+    python benchmarks/bench_thickness.py --device cpu --out bench_cpu.json
+    python benchmarks/bench_thickness.py --device cuda --out bench_gpu.json
 
-Every ratio printed is measured in the same run.  Blobs are PoreSpy's recipe
-(Gaussian-filtered noise, sigma = mean(shape)/40/blobiness, thresholded at the
-porosity), generated here so that PoreSpy is not needed for the GPU part.
+Every ratio printed is measured in the same run.
 """
 
 from __future__ import annotations
@@ -30,318 +35,270 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
 
 from volsweep import thickness as T  # noqa: E402
 
-from _timing import cuda_times  # noqa: E402
 
-
+# ----------------------------------------------------------------------------- cases
 def blobs(shape, porosity=0.5, blobiness=1.0, seed=0):
     from scipy import ndimage as ndi
 
-    rng = np.random.default_rng(seed)
-    im = rng.random(shape, dtype=np.float32)
+    im = np.random.default_rng(seed).random(shape, dtype=np.float32)
     im = ndi.gaussian_filter(im, sigma=np.mean(shape) / 40 / blobiness)
     return im > np.quantile(im, 1 - porosity)
 
 
-def accuracy(approx_diameter, exact, phase):
-    a = np.asarray(approx_diameter, np.float64)[phase]
-    e = np.asarray(exact, np.float64)[phase]
-    err = np.abs(a - e)
-    return {"mae": float(err.mean()), "max_abs_error": float(err.max()),
-            "exact_fraction": float((err == 0).mean()), "mean_exact": float(e.mean())}
+def spheres(n, count=None, seed=0):
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(seed)
+    count = count or max(4, n // 10)
+    seeds = np.ones((n, n, n), bool)
+    seeds[tuple(rng.integers(0, n, (3, count)))] = False
+    dist = ndi.distance_transform_edt(seeds)
+    return dist > n / 8  # the solid more than n/8 from every pore centre
 
 
-def hardware(device):
-    info = {"platform": platform.platform(), "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
-    try:
-        info["cpu_affinity"] = len(os.sched_getaffinity(0))
-    except AttributeError:
-        pass
+def pores(n, count=None, seed=0):
+    count = count or (6 if n > 128 else 4)
+    x = np.ones((n, n, n), bool)
+    x[tuple(np.random.default_rng(seed).integers(0, n, (3, count)))] = False
+    return x
+
+
+def cylinder(n):
+    i, j = np.mgrid[:n, :n]
+    c = (n - 1) / 2
+    air = (i - c) ** 2 + (j - c) ** 2 > (0.3 * n) ** 2
+    return np.repeat(air[:, :, None], n, axis=2)
+
+
+CASES = {"blobs": lambda n: blobs((n,) * 3), "spheres": spheres, "pores": pores,
+         "cylinder": cylinder}
+
+
+# ----------------------------------------------------------------------------- timing
+def timed(fn, repeat, device):
+    """(median, all) seconds of repeat calls after one untimed call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        if device == "cuda":
+            import cupy as cp
+
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+        else:
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times), times
+
+
+def on_device(phase, device):
     if device == "cuda":
         import cupy as cp
 
-        props = cp.cuda.runtime.getDeviceProperties(0)
-        info["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        info["cupy"] = cp.__version__
-    return info
+        return cp.asarray(phase)
+    return phase
 
 
-# ----------------------------------------------------------------------------- GPU baselines
-def original_pipeline_gpu(phase_np, log):
-    """The seed-001 user pipeline: edt (CPU) + skeletonize (CPU) + FFT dilation per radius (GPU)."""
-    import cupy as cp
-    from cupyx.scipy.signal import fftconvolve
-    from skimage.morphology import ball, skeletonize
+def run_case(name, phase, device, repeat, spacing=(1, 1, 1)):
+    x = on_device(phase, device)
+    med, times = timed(lambda: T.local_thickness(x, spacing=spacing), repeat, device)
+    return {"case": name, "shape": list(phase.shape), "spacing": list(spacing),
+            "porosity": float(phase.mean()), "median_s": med, "times_s": times}
 
-    t0 = time.perf_counter()
+
+# ----------------------------------------------------------------------------- parts
+def part_cases(a, out, log):
+    rows = []
+    for name in a.cases:
+        phase = CASES[name](a.size)
+        r = run_case(name, phase, a.device, a.repeat)
+        rows.append(r)
+        log(f"{name:9s} {a.size}^3  median {r['median_s']:.4f} s  (all {fmt(r['times_s'])})")
+    base = next((r["median_s"] for r in rows if r["case"] == "blobs"), None)
+    if base:
+        for r in rows:
+            r["ratio_to_blobs"] = r["median_s"] / base
+            log(f"  {r['case']:9s} / blobs = {r['ratio_to_blobs']:.2f}")
+    out["cases"] = rows
+
+
+def part_scaling(a, out, log):
+    rows = []
+    for n in a.pores_sizes:
+        r = run_case("pores", pores(n), a.device, a.repeat)
+        rows.append(r)
+        log(f"pores {n}^3 ({int((~pores(n)).sum())} pore voxels): median {r['median_s']:.4f} s")
+    out["scaling"] = rows
+
+
+def part_spacing(a, out, log):
+    phase = blobs((a.size,) * 3)
+    rows = []
+    x = on_device(phase, a.device)
+    unit = T.local_thickness(x)
+    for sp in [(1, 1, 1), (0.65,) * 3, (0.65, 0.65, 2.0), (0.7, 1.3, 1.0)]:
+        r = run_case("blobs", phase, a.device, a.repeat, spacing=sp)
+        if sp[0] == sp[1] == sp[2]:
+            got = T.local_thickness(x, spacing=sp)
+            r["scale_invariance_mismatches"] = int((got != np.float32(sp[0]) * unit).sum())
+        rows.append(r)
+        log(f"blobs {a.size}^3 spacing {sp}: median {r['median_s']:.4f} s"
+            + (f", scale-invariance mismatches {r['scale_invariance_mismatches']}"
+               if "scale_invariance_mismatches" in r else ""))
+    out["spacing"] = rows
+
+
+def part_porespy(a, out, log):
     try:
-        import edt
-
-        dt = edt.edt(phase_np, parallel=os.cpu_count())
-        edt_name = "edt"
+        import porespy as ps
     except ImportError:
-        from scipy.ndimage import distance_transform_edt
-
-        dt = distance_transform_edt(phase_np)
-        edt_name = "scipy"
-    t1 = time.perf_counter()
-    skel = skeletonize(phase_np).astype(bool)
-    t2 = time.perf_counter()
-    skel = cp.asarray(skel) * cp.asarray(dt)
-    r_max = int(cp.max(skel))
-    final = cp.zeros(skel.shape, cp.float64)
-    for r in range(r_max, 0, -1):
-        sel = ((skel > r - 1) & (skel <= r)).astype(cp.float32)
-        dil = (fftconvolve(sel, cp.asarray(ball(r), cp.float32), mode="same") > 0.1) * r
-        final = final + (final == 0) * dil
-    cp.cuda.Device().synchronize()
-    t3 = time.perf_counter()
-    log(f"  original pipeline: {edt_name} {t1 - t0:.3f} s + skeletonize {t2 - t1:.3f} s + "
-        f"FFT dilation {t3 - t2:.3f} s")
-    # The user's map holds radii (integers); report a diameter.
-    return 2.0 * final.get(), {"edt_s": t1 - t0, "skeleton_s": t2 - t1, "dilation_s": t3 - t2,
-                               "total_s": t3 - t0}
+        log("porespy not installed: skipped")
+        return
+    rows = []
+    for porosity in (0.5, 0.6):
+        for blobiness in (1, 2):
+            im = ps.generators.blobs((a.porespy_size,) * 3, porosity=porosity,
+                                     blobiness=blobiness, seed=0)
+            ours, times = timed(lambda: T.local_thickness(im), a.repeat, "cpu")
+            t = time.perf_counter()
+            ps.filters.local_thickness(im)
+            theirs = time.perf_counter() - t
+            rows.append({"porosity": porosity, "blobiness": blobiness, "volsweep_s": ours,
+                         "volsweep_times_s": times, "porespy_s": theirs,
+                         "ratio": theirs / ours, "porespy": ps.__version__})
+            log(f"PoreSpy blobs {a.porespy_size}^3 porosity {porosity} blobiness {blobiness}: "
+                f"volsweep {ours:.3f} s ({fmt(times)}), PoreSpy {theirs:.3f} s -> "
+                f"{theirs / ours:.1f}x")
+    out["porespy"] = rows
 
 
-def ltedt_gpu(phase_cp):
-    """Integer-radius loop of EDTs (ltedt/PoreSpy approach): for r = 1..R, voxels within r of
-    a centre with D >= r get diameter 2r.  Quantised; uses cupyx distance_transform_edt."""
+EDT_CHILD = r"""
+import sys, time, statistics, json
+import numpy as np
+sys.path.insert(0, sys.argv[1] + "/workflow"); sys.path.insert(0, sys.argv[1] + "/benchmarks")
+from bench_thickness import blobs
+from volsweep import _thickness_cpu as C
+phase = blobs((int(sys.argv[2]),) * 3)
+res = {}
+for method in ("numba", "edt"):
+    C.edt_sq(phase, (1, 1, 1), method=method)
+    t = []
+    for _ in range(int(sys.argv[3])):
+        s = time.perf_counter(); C.edt_sq(phase, (1, 1, 1), method=method); t.append(time.perf_counter() - s)
+    res[method] = statistics.median(t)
+print(json.dumps(res))
+"""
+
+
+def part_edt(a, out, log):
+    rows = []
+    for th in a.threads:
+        env = dict(os.environ, NUMBA_NUM_THREADS=str(th))
+        cmd = ["taskset", "-c", f"0-{th - 1}", sys.executable, "-c", EDT_CHILD, str(ROOT),
+               str(a.size), str(a.repeat)]
+        res = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                        check=True).stdout.strip().splitlines()[-1])
+        res["threads"] = th
+        rows.append(res)
+        log(f"EDT {a.size}^3 at {th} threads: numba {res['numba']:.4f} s, edt {res['edt']:.4f} s "
+            f"(edt/numba {res['edt'] / res['numba']:.2f})")
+    out["edt"] = rows
+
+
+def part_gpu(a, out, log):
     import cupy as cp
-    from cupyx.scipy.ndimage import distance_transform_edt
 
-    dt = distance_transform_edt(phase_cp)
-    out = cp.zeros(phase_cp.shape, cp.float32)
-    for r in range(1, int(cp.ceil(dt.max())) + 1):
-        centres = dt >= r
-        if not bool(centres.any()):
-            break
-        near = distance_transform_edt(~centres) < r
-        out[near & phase_cp] = 2.0 * r
-    return out
-
-
-def bench_gpu(args, log):
-    import cupy as cp
-
-    res = {}
-    shape = (args.size,) * 3
-    phase_np = blobs(shape, seed=0)
-    phase = cp.asarray(phase_np)
-    lt = T.local_thickness(phase)
-    cpu_equal = None
-    if args.check_cpu:
-        cpu = T.local_thickness(phase_np, device="cpu")
-        cpu_equal = bool(np.array_equal(cpu, lt.get()))
-        log(f"  GPU == CPU at {shape}: {cpu_equal}")
     pool = cp.get_default_memory_pool()
-    for _ in range(3):  # warm-up (compilation, tables, pool) before memory is read
-        T.local_thickness(phase)
-    cp.cuda.Device().synchronize()
-    free0 = cp.cuda.runtime.memGetInfo()[0]
-    pool0 = pool.total_bytes()
-    times = cuda_times(lambda: T.local_thickness(phase), args.calls, warm=0)
-    free1 = cp.cuda.runtime.memGetInfo()[0]
-    pool1 = pool.total_bytes()
-    med = statistics.median(times)
-    res["blobs_250"] = {
-        "shape": shape, "calls": len(times), "median_s": med, "min_s": min(times),
-        "max_s": max(times), "max_over_median": max(times) / med,
-        "pool_bytes_before": pool0, "pool_bytes_after": pool1,
-        "device_free_change_bytes": free1 - free0, "gpu_equals_cpu": cpu_equal,
-        "r_max": T.max_inscribed_radius(phase)}
-    log(f"  250^3 blobs: median {med * 1e3:.2f} ms over {len(times)} calls, "
-        f"max/median {max(times) / med:.3f}, pool {pool0} -> {pool1} B, "
-        f"device free change {free1 - free0} B")
-    # Phase breakdown (synchronised) for the notes.
-    from volsweep import _thickness_gpu as G
-
-    def stage_times(method=None):
-        ev = [cp.cuda.Event() for _ in range(5)]
-        ev[0].record()
-        d2 = G.edt_sq(phase, (1, 1, 1))
-        ev[1].record()
-        cand = G.candidates(d2, (1, 1, 1), (0, 0, 0), shape, np.inf, 0.0)
-        ev[2].record()
-        r, v = G.paint(d2, cand, (1, 1, 1), (0, 0, 0), shape, method=method)
-        ev[3].record()
-        G.finish(r, v)
-        ev[4].record()
-        ev[4].synchronize()
-        return [cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i in range(4)], int(cand.size)
-
-    st = [stage_times() for _ in range(5)]
-    med_st = [statistics.median(s[0][i] for s in st) for i in range(4)]
-    res["blobs_250"]["painter"] = G.PAINT
-    res["blobs_250"]["stages_ms"] = dict(zip(["edt", "prune", "paint", "finish"], med_st))
-    res["blobs_250"]["centres"] = st[0][1]
-    log(f"  stages (ms): edt {med_st[0]:.2f} prune {med_st[1]:.2f} paint {med_st[2]:.2f} "
-        f"finish {med_st[3]:.2f}; centres {st[0][1]}")
-    for painter in ("ball", "rows"):
-        sp = [stage_times(painter)[0][2] for _ in range(5)]
-        res["blobs_250"][f"paint_ms_{painter}"] = statistics.median(sp)
-        log(f"  paint stage, painter {painter!r}: {statistics.median(sp):.2f} ms")
-
-    # The alternative painter ("rows": sparse table of row spans), same input, same run.
-    default_painter = G.PAINT
-    for painter in ("ball", "rows"):
-        if painter == default_painter:
-            continue
-        G.PAINT = painter
-        same = bool((T.local_thickness(phase) == lt).all())
-        for _ in range(3):
-            T.local_thickness(phase)
-        cp.cuda.Device().synchronize()
-        p0 = pool.total_bytes()
-        tr = cuda_times(lambda: T.local_thickness(phase), args.calls, warm=0)
-        cp.cuda.Device().synchronize()
-        p1 = pool.total_bytes()
-        G.PAINT = default_painter
-        m = statistics.median(tr)
-        res["blobs_250"][f"{painter}_painter"] = {
-            "median_s": m, "min_s": min(tr), "max_s": max(tr), "max_over_median": max(tr) / m,
-            "pool_bytes_before": p0, "pool_bytes_after": p1,
-            f"equals_{default_painter}_painter": same}
-        log(f"  250^3 blobs, painter {painter!r}: median {m * 1e3:.2f} ms over {len(tr)} calls, "
-            f"max/median {max(tr) / m:.3f}, pool {p0} -> {p1} B "
-            f"(equal to {default_painter!r}: {same})")
-
-    # Baselines, same run.
-    exact = lt.get()
-    t0 = time.perf_counter()
-    q = ltedt_gpu(phase)
-    cp.cuda.Device().synchronize()
-    t_lt = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    q = ltedt_gpu(phase)
-    cp.cuda.Device().synchronize()
-    t_lt = min(t_lt, time.perf_counter() - t0)
-    res["ltedt_loop"] = {"time_s": t_lt, "speedup_of_volsweep": t_lt / med,
-                         **accuracy(q.get(), exact, phase_np)}
-    log(f"  integer-radius EDT loop (ltedt): {t_lt * 1e3:.1f} ms -> volsweep "
-        f"{t_lt / med:.1f}x faster; MAE {res['ltedt_loop']['mae']:.3f}")
-    if not args.skip_original:
-        orig, parts = original_pipeline_gpu(phase_np, log)
-        res["original_pipeline"] = {**parts, "speedup_of_volsweep": parts["total_s"] / med,
-                                    **accuracy(orig, exact, phase_np)}
-        log(f"  original pipeline total {parts['total_s']:.2f} s -> volsweep "
-            f"{parts['total_s'] / med:.0f}x faster; MAE {res['original_pipeline']['mae']:.3f}")
-    del q
-
-    if args.big:
-        big_np = blobs((800, 800, 200), seed=1)
-        big = cp.asarray(big_np)
-        tb = cuda_times(lambda: T.local_thickness(big), 3, warm=1)
-        res["blobs_800x800x200"] = {"median_s": statistics.median(tb), "times_s": tb,
-                                    "r_max": T.max_inscribed_radius(big),
-                                    "peak_pool_bytes": pool.total_bytes()}
-        log(f"  800x800x200 blobs, painter {default_painter!r}: median "
-            f"{statistics.median(tb) * 1e3:.1f} ms")
-        ref = T.local_thickness(big)
-        for painter in ("ball", "rows"):
-            if painter == default_painter:
-                continue
-            G.PAINT = painter
-            tb = cuda_times(lambda: T.local_thickness(big), 3, warm=1)
-            same = bool((T.local_thickness(big) == ref).all())
-            G.PAINT = default_painter
-            res["blobs_800x800x200"][f"{painter}_painter"] = {
-                "median_s": statistics.median(tb), "times_s": tb,
-                f"equals_{default_painter}_painter": same}
-            log(f"  800x800x200 blobs, painter {painter!r}: median "
-                f"{statistics.median(tb) * 1e3:.1f} ms (equal to {default_painter!r}: {same})")
-        del big
-    return res
-
-
-# ----------------------------------------------------------------------------- CPU
-def bench_cpu(args, log):
-    res = {}
-    shape = (args.size,) * 3
-    phase = blobs(shape, seed=0)
-    T.local_thickness(phase[:32, :32, :32])  # compile numba kernels (cached on disk)
-    # One untimed call at full size (reported): it allocates the work arrays that the
-    # following calls reuse, as a caller in a loop sees them.
-    t0 = time.perf_counter()
+    phase = cp.asarray(blobs((250,) * 3))
     T.local_thickness(phase)
-    t_first = time.perf_counter() - t0
-    log(f"  volsweep first call at {shape} (allocates work arrays): {t_first:.2f} s")
-    res["volsweep_first_call_s"] = t_first
-    times = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        exact = T.local_thickness(phase)
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
-    res["volsweep"] = {"median_s": med, "times_s": times}
-    log(f"  volsweep exact: median {med:.2f} s over {len(times)} ({times})")
-    if not args.skip_porespy:
-        try:
-            import porespy as ps
+    cp.cuda.Device().synchronize()
+    before = pool.total_bytes()
+    med, times = timed(lambda: T.local_thickness(phase), a.calls, "cuda")
+    after = pool.total_bytes()
+    out["gpu_250"] = {"median_s": med, "max_over_median": max(times) / med, "min_s": min(times),
+                      "pool_before": before, "pool_after": after}
+    log(f"GPU 250^3 blobs: median {med * 1e3:.2f} ms over {a.calls} calls, max/median "
+        f"{max(times) / med:.3f}, pool {before} -> {after}")
+    del phase
+    big = blobs((800, 800, 200))
+    x = cp.asarray(big)
+    med, times = timed(lambda: T.local_thickness(x), 3, "cuda")
+    out["gpu_800x800x200"] = {"median_s": med, "times_s": times}
+    log(f"GPU 800x800x200 blobs: median {med:.3f} s ({fmt(times)})")
+    # peak pool bytes of one call (fresh pool) against the estimate
+    rows = []
+    for name, arr in [("blobs 800x800x200", x), ("pores 256^3", cp.asarray(pores(256)))]:
+        cp.cuda.Device().synchronize()
+        pool.free_all_blocks()
+        held = pool.total_bytes()
+        r = T.local_thickness(arr)
+        cp.cuda.Device().synchronize()
+        peak = pool.total_bytes() - held
+        est = T.thickness_memory_bytes(arr.shape, device="cuda")
+        rows.append({"case": name, "peak_pool_bytes": peak, "estimate_bytes": est})
+        log(f"GPU memory {name}: pool peak {peak / 2**30:.2f} GiB, estimate {est / 2**30:.2f} GiB")
+        del r
+    out["gpu_memory"] = rows
+    if a.check_cpu:
+        got = T.local_thickness(cp.asarray(blobs((160,) * 3)), spacing=(0.65, 0.65, 2.0)).get()
+        ref = T.local_thickness(blobs((160,) * 3), spacing=(0.65, 0.65, 2.0), device="cpu")
+        out["gpu_equals_cpu_160_aniso"] = bool(np.array_equal(got, ref))
+        log(f"GPU == CPU at 160^3, spacing (0.65, 0.65, 2.0): {out['gpu_equals_cpu_160_aniso']}")
 
-            t0 = time.perf_counter()
-            r = ps.filters.local_thickness(phase)
-            t_ps = time.perf_counter() - t0
-            # PoreSpy returns a radius (quantised): compare diameters.
-            res["porespy"] = {"time_s": t_ps, "version": ps.__version__,
-                              "volsweep_speedup": t_ps / med,
-                              **accuracy(2.0 * np.asarray(r), exact, phase)}
-            log(f"  PoreSpy {ps.__version__} local_thickness: {t_ps:.2f} s -> volsweep "
-                f"{t_ps / med:.1f}x faster; MAE {res['porespy']['mae']:.3f}")
-        except ImportError as e:
-            log(f"  PoreSpy not installed ({e})")
-    if not args.skip_localthickness:
-        try:
-            import localthickness as lt
 
-            t0 = time.perf_counter()
-            r = lt.local_thickness(phase, scale=1)
-            t_lt = time.perf_counter() - t0
-            # localthickness, like PoreSpy, returns a radius (4 for a 7-voxel slab whose
-            # diameter is 8 by DESIGN.md's centre-to-centre definition): compare diameters.
-            res["localthickness"] = {"time_s": t_lt, "volsweep_speedup": t_lt / med,
-                                     **accuracy(2.0 * np.asarray(r), exact, phase)}
-            log(f"  localthickness: {t_lt:.2f} s -> volsweep {t_lt / med:.1f}x faster; "
-                f"MAE {res['localthickness']['mae']:.3f}")
-        except ImportError as e:
-            log(f"  localthickness not installed ({e})")
-    return res
+def fmt(times):
+    return ", ".join(f"{t:.3g}" for t in times)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--size", type=int, default=250, help="edge of the cubic blobs volume")
-    ap.add_argument("--calls", type=int, default=100, help="GPU: repeated calls timed")
-    ap.add_argument("--repeat", type=int, default=3, help="CPU: timed volsweep calls")
-    ap.add_argument("--big", action="store_true", help="GPU: also 800x800x200")
-    ap.add_argument("--check-cpu", action="store_true", help="GPU: compare with the CPU path")
-    ap.add_argument("--skip-original", action="store_true")
-    ap.add_argument("--skip-porespy", action="store_true")
-    ap.add_argument("--skip-localthickness", action="store_true")
-    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    args = ap.parse_args(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--parts", nargs="+", default=None)
+    p.add_argument("--cases", nargs="+", default=list(CASES))
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--pores-sizes", type=int, nargs="+", default=[64, 96, 128])
+    p.add_argument("--porespy-size", type=int, default=250)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--calls", type=int, default=100)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--check-cpu", action="store_true")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    parts = a.parts or (["cases", "scaling", "spacing", "gpu"] if a.device == "cuda"
+                        else ["cases", "scaling", "spacing", "porespy", "edt"])
+    out = {"args": {k: str(v) for k, v in vars(a).items()},
+           "hardware": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                        "affinity": len(os.sched_getaffinity(0))}}
+    lines = []
 
     def log(msg):
+        lines.append(msg)
         print(msg, flush=True)
 
-    log(f"bench_thickness: {' '.join(sys.argv)}")
-    res = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-           "hardware": hardware(args.device)}
-    log(f"  hardware: {res['hardware']}")
-    res["results"] = bench_gpu(args, log) if args.device == "cuda" else bench_cpu(args, log)
-    if args.out:
-        args.out.write_text(json.dumps(res, indent=2, default=float))
-    return res
+    fns = {"cases": part_cases, "scaling": part_scaling, "spacing": part_spacing,
+           "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu}
+    for part in parts:
+        fns[part](a, out, log)
+        if a.out:
+            a.out.write_text(json.dumps(out, indent=1))
+    print("\n".join(["", "summary:"] + lines))
 
 
 if __name__ == "__main__":
