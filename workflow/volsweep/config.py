@@ -221,7 +221,8 @@ def _schema_line(err, blame) -> list[str]:
             return [f"{blame(parts, err.instance)}: {where}: give exactly one of {choices} "
                     f"(has: {', '.join(sorted(map(str, err.instance))) or 'nothing'})"]
         if err.context:
-            sub = jsonschema.exceptions.best_match(err.context)
+            fitting = [e for e in err.context if e.validator != "type"] or err.context
+            sub = jsonschema.exceptions.best_match(fitting)
             return [f"{blame(list(sub.absolute_path), sub.instance)}: {_key_path(sub.absolute_path)} = "
                     f"{sub.instance!r}: {sub.message}"]
     return [f"{blame(parts, err.instance)}: {where} = {err.instance!r}: {err.message}"]
@@ -237,7 +238,7 @@ def _schema_errors(config, blame, schema_path) -> list[str]:
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     for err in errors:
         path = tuple(err.absolute_path)
-        if any(path[:len(b)] == b or b[:len(path)] == path for b in bad_paths):
+        if any(path[:len(b)] == b for b in bad_paths):
             continue
         lines += _schema_line(err, blame)
     return lines
@@ -319,7 +320,9 @@ def _semantic_errors(config: dict, blame) -> list[str]:
         for name in config["volumes"]:
             problem = volume_name_problem(name)
             if problem:
-                lines.append(f"{src('volumes', name)}: volumes.{str(name)[:120]!r}: the volume name {problem}")
+                shown = name if isinstance(name, str) and NAME_PATTERN.match(name) and len(name) <= MAX_NAME \
+                    else repr(str(name)[:120])
+                lines.append(f"{src('volumes', name)}: volumes.{shown}: the volume name {problem}")
 
     for fn in (storage, angles, stats, thickness, volumes):
         guard(fn)
@@ -333,8 +336,8 @@ def _parse_triple(text: str, kind, where: str) -> list:
         values = [kind(p) for p in parts]
     except ValueError:
         raise ConfigError(f"{where} = {text!r}: expected three numbers like 1,1,1") from None
-    if len(values) != 3:
-        raise ConfigError(f"{where} = {text!r}: expected three numbers like 1,1,1")
+    if len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{where} = {text!r}: expected three finite numbers like 1,1,1")
     return values
 
 
@@ -450,8 +453,10 @@ def _volume_entries(config: dict, base: Path, blame) -> tuple[dict, list[str]]:
     from volsweep.io.readers import DEFAULT_MEMORY_BUDGET, VolumeError, open_volume
 
     errors = []
+    validator = _volume_validator()
     volumes = {name: dict(entry) for name, entry in (config.get("volumes") or {}).items()
-               if isinstance(entry, dict)}
+               if isinstance(entry, dict) and not any(True for _ in validator.iter_errors(copy.deepcopy(entry)))
+               and not any(True for _ in _non_finite(entry))}
     sources = {name: blame(["volumes", name]) for name in volumes}
     if config.get("volume_sheet"):
         raw = Path(str(config["volume_sheet"]))
@@ -462,7 +467,6 @@ def _volume_entries(config: dict, base: Path, blame) -> tuple[dict, list[str]]:
         else:
             rows, lines_of, sheet_errors = _read_sheet(sheet)
             errors += sheet_errors
-            validator = _volume_validator()
             folded = {n.lower(): n for n in volumes}
             for name, entry in rows.items():
                 where = f"{sheet}:{lines_of[name]}"
@@ -583,8 +587,8 @@ def volume_entries(config: dict, base_dir=".", configfile=None) -> dict:
 
 def _scan_errors(entries, config, blame) -> list[str]:
     """Small inputs (≤ SCAN_BYTES): a constant volume, or a phase that is empty or full, found now."""
-    from volsweep.io.readers import open_volume
-    from volsweep.phase import PhaseError, check_phase, dtype_phase_problem, value_range
+    from volsweep.io.readers import open_volume, volume_where
+    from volsweep.phase import PhaseError, check_phase, dtype_phase_problem
 
     th = config["thickness"]
     lines = []
@@ -605,9 +609,17 @@ def _scan_errors(entries, config, blame) -> list[str]:
                 continue
         if vol.nbytes > SCAN_BYTES:
             continue
-        lo, hi = value_range(vol)
+        try:
+            lo, hi, bad = _scan(vol)
+        except Exception as exc:  # a corrupt chunk: the reader's own error, on one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            lines.append(f"{volume_where(entry, name)}: cannot read the voxels: {type(exc).__name__}: {first}")
+            continue
+        if bad is not None:
+            lines.append(f"{volume_where(entry, name)}: non-finite voxel {bad[0]} at index {bad[1]}")
+            continue
         if lo == hi:
-            lines.append(f"{where} ({entry.get('path', 'synthetic')}): every voxel is {lo:g}: a constant "
+            lines.append(f"{volume_where(entry, name)}: every voxel is {lo:g}: a constant "
                          "volume has no structure to sweep or phase to measure")
             continue
         if th["enabled"]:
@@ -617,6 +629,24 @@ def _scan_errors(entries, config, blame) -> list[str]:
                 key = "threshold" if th["threshold"] is not None else "label"
                 lines.append(f"{blame(['thickness', key])}: thickness.{key} = {th[key]!r}: {exc}")
     return lines
+
+
+def _scan(vol):
+    """(min, max, first non-finite (value, index) or None) of a volume, block by block."""
+    from volsweep.io.store import block_shape_for_budget
+    from volsweep.tiling import plan_tiles
+
+    lo, hi = math.inf, -math.inf
+    block = block_shape_for_budget(vol.shape, vol.shape, 8, SCAN_BYTES)
+    for tile in plan_tiles(vol.shape, block):
+        data = np.asarray(vol[tile.core])
+        finite = np.isfinite(data)
+        if not finite.all():
+            local = tuple(np.argwhere(~finite)[0])
+            index = tuple(int(i + s.start) for i, s in zip(local, tile.core))
+            return lo, hi, (data[local], index)
+        lo, hi = min(lo, float(data.min())), max(hi, float(data.max()))
+    return lo, hi, None
 
 
 def _say(lines) -> None:
@@ -671,11 +701,13 @@ def validate_config(config: dict, configfile=None, schema_path=SCHEMA_PATH, *, b
     blame = _Sources(configfile)
     lines = list(blame.errors)
     lines += _schema_errors(config, blame, schema_path)
-    if not lines:
-        lines += _semantic_errors(config, blame)
-    if not lines and check_volumes:
+    lines += _semantic_errors(config, blame)  # each check skips what the schema found broken
+    if check_volumes:
         base = Path(base_dir).resolve()
-        entries, vol_errors = _volume_entries(config, base, blame)
+        try:
+            entries, vol_errors = _volume_entries(config, base, blame)
+        except (KeyError, TypeError, AttributeError):  # a volumes section the schema refused
+            entries, vol_errors = {}, []
         lines += vol_errors
         if not lines:
             _CACHE[_fingerprint(config, base)] = copy.deepcopy(entries)

@@ -281,9 +281,10 @@ def _check_tiff_file(path: str, where: str, budget: float, *, slice_of_folder=Fa
                                   f"{tuple(series.shape)} (axes {series.axes})")
             pages = [p for p in tif.pages if p is not None]
             for page in pages:
-                itemsize = np.dtype(page.dtype).itemsize if page.dtype is not None else 1
-                what = "tile" if page.is_tiled else "strip"
-                _decodes_within(where, f"{what} of page {page.index}, shape", page.chunks, itemsize, budget)
+                key = getattr(page, "keyframe", None) or page  # a frame shares its key page's layout
+                itemsize = np.dtype(key.dtype).itemsize if key.dtype is not None else 1
+                what = "tile" if key.is_tiled else "strip"
+                _decodes_within(where, f"{what} of page {page.index}, shape", key.chunks, itemsize, budget)
                 for offset, count in zip(page.dataoffsets, page.databytecounts):
                     if offset + count > size:
                         raise VolumeError(f"{where}: truncated: page {page.index} data ends at byte "
