@@ -249,7 +249,7 @@ def sweep_cost(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect
     --------
     >>> c = sweep_cost((64, 64, 64), np.arange(8) * np.pi / 8, np.arange(8) * np.pi / 8, [1.0, 2.0])
     >>> c["n_kernels"], c["n_unique_kernels"]
-    (128, 65)
+    (128, 58)
     """
     a_vals, _ = _check_scales(a)
     theta, phi = _check_angles("theta", theta), _check_angles("phi", phi)
@@ -456,6 +456,10 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
             data_vars[name] = (("x", "y", "z"), arr)
         for ax, arr in zip(axes, idx_maps):
             data_vars[f"argmax_{ax}"] = (("x", "y", "z"), arr)
+        if local:
+            from .orientation import votes_from_map
+
+            data_vars["orientation_votes"] = (dims, votes_from_map(maps["local_energy_max"], idx_maps, grid))
     coords = {"theta": theta, "phi": phi, "xi": xi_arr}
     if a_dim:
         coords["a"] = a_vals

@@ -1,0 +1,236 @@
+"""Orientation products of a sweep: scale from thickness, fibre families, fabric tensor.
+
+Definitions: ``docs/definitions.md``, section "Orientation".  The sweep's
+``energy / wavelet_energy`` over (θ, φ) at one ξ ≠ 1 is a smooth function on the
+sphere of axes (u and −u are one axis).  Its part above its minimum over the grid,
+normalised to integrate to 1 over the sphere of axes (2π sr), is the *orientation
+density*; fibre families are its local maxima, and the fabric tensor is its second
+moment.  ξ = 1 is isotropic: its density, families and fabric are NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import wavelet as _wv
+
+#: ``a = SCALE_PER_RADIUS · median fibre radius``: the scale whose normalised response
+#: ``G/√wavelet_energy`` on the axis of a cylinder of radius R is largest.  Along the
+#: wavelet's axis ψ integrates to a 2D Mexican hat ``(2 − ρ²/a²)·exp(−ρ²/2a²)``, whose
+#: integral over a disc of radius R is ``2πR²·exp(−R²/2a²)``; with ``wavelet_energy ∝ a³ξ``
+#: the normalised response ``∝ R²·exp(−R²/2a²)/√a`` peaks at ``a = √2·R``.
+SCALE_PER_RADIUS = math.sqrt(2.0)
+#: Points of the Fibonacci half-sphere that measure each grid direction's solid angle.
+AREA_SAMPLES = 8192
+#: Axes within this many typical cell widths (√(2π / number of axes)) are neighbours.
+NEIGHBOUR_WIDTHS = 1.5
+#: Votes are smoothed over the sphere with σ of this many cell widths before their maxima
+#: are found: a voxel's vote lands on one of the few grid axes within a cell or so of its
+#: truth, so one family's votes sit on grid axes up to ~2 cells apart.
+VOTE_SMOOTHING_WIDTHS = 1.5
+#: Families lighter than this fraction of the density are not reported.
+MIN_FAMILY_WEIGHT = 0.05
+#: Most families reported per ξ.
+MAX_FAMILIES = 4
+
+
+def scale_from_thickness(thickness, *, factor=SCALE_PER_RADIUS, statistic="median"):
+    """The wavelet scale ``a`` for fibres of a local-thickness distribution.
+
+    Parameters
+    ----------
+    thickness : xarray.Dataset
+        From :func:`volsweep.thickness.distribution_from_counts` (or
+        :func:`volsweep.thickness_distribution`): its ``median`` (or ``mean``) is a
+        DIAMETER; the radius is half of it.
+    factor : float
+        ``a = factor · radius``; the default :data:`SCALE_PER_RADIUS` (√2) maximises the
+        normalised on-axis response of a cylinder.
+    statistic : {'median', 'mean'}
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import xarray as xr
+    >>> round(scale_from_thickness(xr.Dataset({"median": 5.0})), 4)
+    3.5355
+    """
+    if statistic not in ("median", "mean"):
+        raise ValueError(f"statistic must be 'median' or 'mean', got statistic={statistic!r}")
+    if statistic not in thickness:
+        raise KeyError(f"thickness has no '{statistic}' variable (a thickness distribution Dataset "
+                       f"from volsweep.thickness.distribution_from_counts is needed)")
+    diameter = float(np.asarray(thickness[statistic]))
+    if not (math.isfinite(diameter) and diameter > 0):
+        raise ValueError(f"thickness {statistic} must be finite and > 0 to derive a, got {diameter!r} "
+                         "(is the phase empty?)")
+    factor = float(factor)
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"factor must be finite and > 0, got factor={factor!r}")
+    return factor * diameter / 2.0
+
+
+# ----------------------------------------------------------------------------- sphere geometry
+def _fibonacci_axes(n: int) -> np.ndarray:
+    """``n`` near-uniform axes on the half-sphere (deterministic)."""
+    i = np.arange(n) + 0.5
+    z = i / n  # cos of the polar angle, (0, 1]: one of ±u
+    r = np.sqrt(1.0 - z * z)
+    g = math.pi * (3.0 - math.sqrt(5.0)) * i
+    return np.stack([r * np.cos(g), r * np.sin(g), z], axis=1)
+
+
+class SphereGrid:
+    """The distinct axes of a (θ, φ) grid, their solid angles and neighbours.
+
+    ``index[k]`` is, for grid point k (C order over (θ, φ)), its distinct axis; ``area``
+    the solid angle (sr) of each axis's cell on the half-sphere (2π in all), from the
+    nearest axis of :data:`AREA_SAMPLES` Fibonacci points; ``neighbours`` the axes within
+    :data:`NEIGHBOUR_WIDTHS` typical cell widths.
+    """
+
+    def __init__(self, theta, phi):
+        t, p = np.meshgrid(np.asarray(theta, float), np.asarray(phi, float), indexing="ij")
+        u = _wv.axis_vector(t.ravel(), p.ravel())
+        key = np.round(u, 9) + 0.0
+        first = np.argmax(np.abs(key) > 1e-9, axis=1)
+        key *= np.sign(key[np.arange(len(key)), first])[:, None]
+        _, first_idx, inv = np.unique(np.round(key, 9) + 0.0, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first_idx)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        self.index = rank[inv.ravel()]
+        self.rep = first_idx[order]
+        self.u = u[self.rep]
+        samples = _fibonacci_axes(AREA_SAMPLES)
+        nearest = np.argmax(np.abs(samples @ self.u.T), axis=1)
+        self.area = np.bincount(nearest, minlength=len(self.u)) * (2 * math.pi / AREA_SAMPLES)
+        cos = np.clip(np.abs(self.u @ self.u.T), 0.0, 1.0)
+        self.angle = np.arccos(cos)
+        width = math.sqrt(2 * math.pi / len(self.u))
+        self.width = width
+        self.neighbours = [np.flatnonzero((row <= NEIGHBOUR_WIDTHS * width) & (np.arange(len(row)) != i))
+                           for i, row in enumerate(self.angle)]
+
+    def smooth(self, mass):
+        """``mass`` spread over the sphere by a Gaussian of the axis angle, σ = VOTE_SMOOTHING_WIDTHS cells."""
+        k = np.exp(-0.5 * (self.angle / (VOTE_SMOOTHING_WIDTHS * self.width)) ** 2)
+        return self.area * (k @ mass) / (k @ self.area)
+
+
+def _principal_axis(u, w):
+    m = np.einsum("k,ki,kj->ij", w, u, u)
+    vals, vecs = np.linalg.eigh(m)
+    return vecs[:, -1]
+
+
+def _mass(values, sphere, baseline):
+    v = np.full(len(sphere.u), -np.inf)
+    np.maximum.at(v, sphere.index, np.asarray(values, float).ravel())
+    if baseline:  # an energy map: a density over the sphere
+        f = v - v.min()
+        return f, f * sphere.area
+    mass = np.maximum(v, 0.0)  # votes: already a mass per grid direction
+    return mass / sphere.area, mass
+
+
+def families(values, sphere: SphereGrid, *, min_weight=MIN_FAMILY_WEIGHT, max_families=MAX_FAMILIES,
+             baseline=True):
+    """Fibre families of one (θ, φ) map of ``energy / wavelet_energy``.
+
+    Returns (axis (n, 3), weight (n,), spread (n,) in radians), heaviest first.  The density
+    ``f`` (values above their minimum) has a local maximum at an axis whose ``f`` beats every
+    neighbour's (ties to the lower index); every axis climbs to one maximum by steepest
+    ascent (its basin).  Weight: the basin's share of ∫f; axis: principal axis of the
+    basin's points at ≥ half the peak, weighted by f·area; spread: the RMS angle of the
+    basin to that axis, weighted by f·area.  ``baseline``: f = values − min (an energy
+    map, a density); else the values are masses (votes) and f = values / area.
+    """
+    f, mass = _mass(values, sphere, baseline)
+    total = mass.sum()
+    if not (total > 0):
+        return np.zeros((0, 3)), np.zeros(0), np.zeros(0)
+    if not baseline:  # votes sit on the few grid axes nearest each voxel's truth: smooth them
+        f = sphere.smooth(mass) / sphere.area
+    up = np.arange(len(f))
+    for i, nb in enumerate(sphere.neighbours):
+        if len(nb):
+            j = nb[np.argmax(f[nb])]
+            if f[j] > f[i] or (f[j] == f[i] and j < i):
+                up[i] = j
+    top = up.copy()
+    for _ in range(len(f)):
+        nxt = up[top]
+        if np.array_equal(nxt, top):
+            break
+        top = nxt
+    out = []
+    for m in np.flatnonzero(up == np.arange(len(f))):
+        basin = top == m
+        w = mass[basin].sum() / total
+        if w < min_weight:
+            continue
+        core = basin & (f >= 0.5 * f[m])
+        ax = _principal_axis(sphere.u[core], mass[core])
+        ang = np.arccos(np.clip(np.abs(sphere.u[basin] @ ax), 0, 1))
+        spread = math.sqrt(np.sum(mass[basin] * ang * ang) / max(mass[basin].sum(), 1e-300))
+        out.append((w, ax, spread))
+    out.sort(key=lambda r: -r[0])
+    out = out[:max_families]
+    return (np.array([r[1] for r in out]).reshape(-1, 3), np.array([r[0] for r in out]),
+            np.array([r[2] for r in out]))
+
+
+def fabric(values, sphere: SphereGrid, *, baseline=True):
+    """Fabric tensor ``∫ f·uuᵀ dΩ / ∫ f dΩ`` of the density of one map; (tensor, eigenvalues desc,
+    eigenvectors as rows, degree of anisotropy ``1 − λ_min/λ_max``)."""
+    _, mass = _mass(values, sphere, baseline)
+    if not (mass.sum() > 0):
+        nan = np.full((3, 3), np.nan)
+        return nan, np.full(3, np.nan), nan.copy(), np.nan
+    t = np.einsum("k,ki,kj->ij", mass, sphere.u, sphere.u) / mass.sum()
+    vals, vecs = np.linalg.eigh(t)
+    vals, vecs = vals[::-1], vecs[:, ::-1].T
+    vecs = vecs * np.where(vecs[np.arange(3), np.argmax(np.abs(vecs), axis=1)] < 0, -1.0, 1.0)[:, None]
+    return t, vals, vecs, float(1.0 - vals[-1] / vals[0])
+
+
+def angles_of_axis(u):
+    """(θ, φ) with ``axis_vector(θ, φ) = ±u``, θ in [−π/2, π/2], φ in (−π, π]."""
+    u = np.asarray(u, float)
+    if u[0] < 0 or (u[0] == 0 and u[2] < 0):
+        u = -u
+    return float(-math.asin(max(-1.0, min(1.0, u[1])))), float(math.atan2(u[2], u[0]))
+
+
+def density(values, sphere: SphereGrid, *, baseline=True) -> np.ndarray:
+    """The orientation density (sr⁻¹) at every grid point of one map: ``f / ∫f dΩ``."""
+    f, _ = _mass(values, sphere, baseline)
+    total = float(np.sum(f * sphere.area))
+    if not (total > 0):
+        return np.full(np.shape(values), np.nan)
+    return (f / total)[sphere.index].reshape(np.shape(values))
+
+
+def votes_from_map(weight, indices, grid_shape) -> np.ndarray:
+    """Orientation votes: Σ of ``weight`` over the voxels whose orientation is each grid point.
+
+    ``indices``: the per-voxel grid indices, one array per grid axis in the grid's order
+    (``argmax_a`` first when there is an ``a`` axis, then ``argmax_theta``, ``argmax_phi``,
+    ``argmax_xi``); ``weight``: per voxel, e.g. ``local_energy_max``.  Works on a merged
+    orientation map as well as on one sweep's (float64, shape ``grid_shape``).
+
+    Examples
+    --------
+    >>> votes_from_map(np.array([1.0, 2.0, 3.0]), [np.array([0, 1, 1]), np.array([0, 0, 0])], (2, 1))
+    array([[1.],
+           [5.]])
+    """
+    flat = np.ravel_multi_index(tuple(np.asarray(i, np.int64).ravel() for i in indices), grid_shape)
+    out = np.bincount(flat, weights=np.asarray(weight, np.float64).ravel(), minlength=int(np.prod(grid_shape)))
+    return out.reshape(grid_shape)
