@@ -2,10 +2,12 @@
 
 Every case is a new user's run on a tiny volume (9 x 11 x 7): a config file and
 data files in a fresh directory, then ``snakemake --cores 1``.  The run must exit
-non-zero, print one line that names the file, key or value, and leave nothing
-under ``results/``.  Errors a header shows stop the run before any job starts
-(no ``logs/`` either); errors found while reading the voxels (NaN, a corrupt
-compressed chunk) fail the ingest job, with the same line in its log.
+non-zero, print exactly the expected line and no traceback, write nothing
+outside ``results/``, ``logs/`` and ``.snakemake/`` (and nothing outside its
+folder), and leave nothing under ``results/``.  Errors a header or the
+validation scan of a small input shows (NaN voxels, a corrupt compressed chunk)
+stop the run before any job starts (no ``logs/`` either).  tests/test_hostile.py
+holds many more cases through validate_config itself.
 
 The runs are independent, so they are started together (a few at a time) by a
 module fixture and each case's test then checks its own run.
@@ -385,7 +387,7 @@ def case_zarr_chunk_larger_than_budget(work):
 
 # --- inputs: found while reading the voxels, in the ingest job --------------------------
 
-@Case(stage="job")
+@Case()
 def case_nan_voxel(work):
     data = good_volume()
     data[3, 4, 5] = np.nan
@@ -393,7 +395,7 @@ def case_nan_voxel(work):
     return config(), "volumes.v ({data}/v.npy): non-finite voxel nan at index (3, 4, 5)"
 
 
-@Case(stage="job")
+@Case()
 def case_inf_voxel(work):
     data = good_volume()
     data[8, 10, 6] = -np.inf
@@ -401,7 +403,7 @@ def case_inf_voxel(work):
     return config(), "volumes.v ({data}/v.npy): non-finite voxel -inf at index (8, 10, 6)"
 
 
-@Case(stage="job")
+@Case()
 def case_zarr_corrupt_chunk_body(work):
     write_zarr(work / "data" / "v.zarr")
     chunk = work / "data" / "v.zarr" / "c" / "1" / "1" / "0"
@@ -409,7 +411,103 @@ def case_zarr_corrupt_chunk_body(work):
     head = 8  # keep the zstd frame header (its declared size is right), garble the rest
     chunk.write_bytes(blob[:head] + bytes(b ^ 0xFF for b in blob[head:]))
     return (volume(path="data/v.zarr", format="zarr"),
-            "volumes.v ({data}/v.zarr): cannot read block [[0, 9], [0, 11], [0, 7]]: ")
+            "volumes.v ({data}/v.zarr): cannot read the voxels: RuntimeError: Zstd decompression error: "
+            "invalid input data")
+
+
+# --- hostile inputs: a representative case of each category ---------------------------
+
+@Case()
+def case_reserved_volume_name(work):
+    save_good(work)
+    return (config(volumes={"summary": {"path": "data/v.npy", "format": "npy"}}),
+            "{cfg}: volumes.summary: the volume name is reserved: results/summary/ holds the summaries "
+            "of every volume")
+
+
+@Case()
+def case_volume_name_with_slash(work):
+    save_good(work)
+    return (config(volumes={"../x": {"path": "data/v.npy", "format": "npy"}}),
+            "{cfg}: volumes.'../x': the volume name may hold only letters, digits, '_', '.' and '-', "
+            "starting with a letter or digit (no path separators, wildcards, braces or spaces)")
+
+
+@Case()
+def case_nan_scale(work):
+    save_good(work)
+    return config(sweep__a=float("nan")), "{cfg}: sweep.a = nan: not a finite number"
+
+
+@Case()
+def case_repeated_xi(work):
+    save_good(work)
+    return config(sweep__xi=[1.0, 1.0]), "{cfg}: sweep.xi = [1.0, 1.0]: [1.0, 1.0] has non-unique elements"
+
+
+@Case()
+def case_unsorted_theta(work):
+    save_good(work)
+    return (config(sweep__theta={"values": [0.5, 0.1]}),
+            "{cfg}: sweep.theta.values = [0.5, 0.1]: must be strictly increasing (sorted, no repeated angle)")
+
+
+@Case()
+def case_kernel_far_below_a_voxel(work):
+    save_good(work)
+    cfg = config(sweep__xi=[1e-9])
+    cfg["sweep"]["enabled"] = True
+    return cfg, ("{cfg}: volumes.v: sweep.a = 1.0, sweep.xi = [1e-09], spacing: the kernel's narrow axis "
+                 "a·min(ξ, 1) is far below a voxel; its spectrum would sum 9.76e+27 aliased terms per "
+                 "frequency, more than limits.max_alias_terms = 1e+06")
+
+
+@Case()
+def case_fifo_input(work):
+    os.mkfifo(work / "data" / "v.npy")
+    return config(), "volumes.v ({data}/v.npy): is a FIFO (named pipe); only regular files and folders are read"
+
+
+@Case()
+def case_zarr_v2_filter_bomb(work):
+    import numcodecs
+
+    arr = zarr.create_array(str(work / "data" / "v.zarr"), shape=SHAPE, chunks=(4, 4, 4), dtype="f4",
+                            zarr_format=2, filters=[numcodecs.Delta("<f4")], compressors=numcodecs.Zstd(),
+                            fill_value=0, config={"write_empty_chunks": True})
+    arr[...] = good_volume()
+    (work / "data" / "v.zarr" / "0.0.0").write_bytes(numcodecs.Zstd(level=1).encode(np.zeros(64 * MB, np.uint8)))
+    return (volume(path="data/v.zarr", format="zarr"),
+            f"volumes.v ({{data}}/v.zarr): corrupt Zarr chunk(s): 0.0.0 (declares {64 * MB} decoded bytes, "
+            "the chunk has 256)")
+
+
+@Case()
+def case_sheet_row_with_extra_field(work):
+    save_good(work)
+    (work / "volumes.tsv").write_text("name\tpath\tformat\nv\tdata/v.npy\tnpy\textra\n")
+    return (config(volumes={}, volume_sheet="volumes.tsv"),
+            "{work}/volumes.tsv:2: 4 fields, the header has 3 columns (extra: ['extra'])")
+
+
+@Case()
+def case_all_zero_volume(work):
+    np.save(work / "data" / "v.npy", np.zeros(SHAPE, np.float32))
+    return config(), ("volumes.v ({data}/v.npy): every voxel is 0: a constant volume has no structure "
+                      "to sweep or phase to measure")
+
+
+@Case()
+def case_duplicate_yaml_key(work):
+    save_good(work)
+    return "duplicate", "{cfg}:33: key device appears twice (first on line 5); the second value would silently win"
+
+
+@Case()
+def case_command_line_value(work):
+    save_good(work)
+    return ("--config", "memory_budget_mb=-1"), \
+        "--config: memory_budget_mb = -1: -1 is less than or equal to the minimum of 0"
 
 
 def run_case(name, root):
@@ -418,16 +516,26 @@ def run_case(name, root):
     (work / "data").mkdir(parents=True)
     cfg, expected = build(work)
     cfg_path = work / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    extra = []
+    if cfg == "duplicate":  # the base config with a key given twice
+        cfg_path.write_text(yaml.safe_dump(config(), sort_keys=False) + "device: cuda\n")
+    elif isinstance(cfg, tuple):  # a good file and a bad --config value
+        cfg_path.write_text(yaml.safe_dump(config(), sort_keys=False))
+        extra = list(cfg)
+    else:
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    before = set(files_under(work))
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    expected = expected.format(cfg=cfg_path, data=work / "data",
+    expected = expected.format(cfg=cfg_path, data=work / "data", work=work,
                                allowed=", ".join(sorted(schema["properties"])),
                                sweep_allowed=", ".join(sorted(schema["properties"]["sweep"]["properties"])))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
-           "--configfile", str(cfg_path), "--cores", "1"]
+           "--configfile", str(cfg_path), "--cores", "1", *extra]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
-    return work, stage, expected, out
+    written = sorted(f for f in set(files_under(work)) - before
+                     if not f.startswith(("results/", "logs/", ".snakemake/")))
+    return work, stage, expected, out, written
 
 
 @pytest.fixture(scope="module")
@@ -435,24 +543,31 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
     with ThreadPoolExecutor(PARALLEL_RUNS) as pool:
         futures = {name: pool.submit(run_case, name, root) for name in Case.cases}
-        return {name: f.result() for name, f in futures.items()}
+        results = {name: f.result() for name, f in futures.items()}
+    # Nothing escaped the case folders: the root holds them and the "outside" inputs only.
+    strays = [p.name for p in root.iterdir() if p.name not in Case.cases and "-outside" not in p.name]
+    assert strays == [], strays
+    return results
 
 
 def files_under(path: Path):
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()) if path.exists() else []
+    if not path.exists():
+        return []
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() or p.is_fifo())
 
 
-def test_there_are_at_least_25_cases():
-    assert len(Case.cases) >= 25
+def test_there_are_at_least_50_cases():
+    assert len(Case.cases) >= 50
 
 
 @pytest.mark.parametrize("name", list(Case.cases))
 def test_bad_input_stops_with_one_line(runs, name):
-    work, stage, expected, out = runs[name]
+    work, stage, expected, out, written = runs[name]
     assert out.returncode != 0, out.stderr[-3000:]
     lines = out.stderr.splitlines()
+    assert written == [], f"written outside results/ and logs/: {written}"
     if stage == "parse":
-        assert expected in lines, out.stderr[-3000:]
+        assert lines == [expected], out.stderr[-3000:]  # the one line, no traceback
         assert not (work / "logs").exists(), "a job ran"
     else:
         matches = [ln for ln in lines if ln.startswith(VOLUME_ERROR + expected)]

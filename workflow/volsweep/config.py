@@ -711,17 +711,21 @@ def validate_config(config: dict, configfile=None, schema_path=SCHEMA_PATH, *, b
         lines += vol_errors
         if not lines:
             _CACHE[_fingerprint(config, base)] = copy.deepcopy(entries)
+            estimates = []
             if estimate:
-                lines += _estimate(entries, config, blame, announce)
+                estimates, est_lines = _estimate(entries, config, blame)
+                lines += est_lines
             if not lines:
                 lines += _scan_errors(entries, config, blame)
+            if not lines and announce:
+                _say(e.line() for e in estimates)
     lines = list(dict.fromkeys(lines))
     if lines:
         raise ConfigError(lines)
     return config
 
 
-def _estimate(entries, config, blame, announce) -> list[str]:
+def _estimate(entries, config, blame):
     from volsweep.estimate import check_estimates, estimate_volume, log_estimates
     from volsweep.io.readers import source_shape
 
@@ -732,9 +736,7 @@ def _estimate(entries, config, blame, announce) -> list[str]:
     lines = check_estimates(estimates, config, blame(["sweep"]))
     if not lines:
         log_estimates(estimates)
-        if announce:
-            _say(e.line() for e in estimates)
-    return lines
+    return estimates, lines
 
 
 def sweep_blocks(config: dict) -> list[np.ndarray]:
