@@ -3,7 +3,9 @@
 import numpy as np
 import zarr
 
-from volsweep.pipeline import ORIENTATION_VARS, merge_orientation, write_orientation
+from volsweep.io.orientation import VARIABLES as ORIENTATION_VARS
+from volsweep.io.orientation import write as write_orientation
+from volsweep.pipeline import merge_orientation
 
 
 def test_merge_equals_the_argmax_over_all_kernels(tmp_path):

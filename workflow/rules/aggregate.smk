@@ -1,12 +1,14 @@
-# Aggregate: per-volume datasets from the blocks and chunks, then summaries over volumes.
+# Aggregate: split sweeps and chunked thickness merged per volume, then summaries over volumes.
 
 
 rule aggregate_sweep:
     input:
         blocks=sweep_block_files,
-        volume="results/{vol}/volume.zarr",
+        volume=store("results/{vol}/volume.zarr"),
     output:
         "results/{vol}/sweep.nc",
+    wildcard_constraints:
+        vol=SWEEP_SPLIT,
     params:
         provenance=PROVENANCE,
     log:
@@ -21,7 +23,9 @@ rule orientation_map:
     input:
         orientation_block_files,
     output:
-        directory("results/{vol}/orientation.zarr"),
+        store("results/{vol}/orientation.zarr"),
+    wildcard_constraints:
+        vol=SWEEP_SPLIT,
     params:
         theta=THETA.tolist(),
         phi=PHI.tolist(),
@@ -31,6 +35,7 @@ rule orientation_map:
         "logs/{vol}/orientation_map.log",
     benchmark:
         "logs/{vol}/orientation_map.benchmark.tsv"
+    threads: 4
     retries: RETRIES
     resources:
         mem_mb=lambda wildcards, attempt: attempt * int(2 * volume_nbytes(wildcards.vol) / MB + 512),
@@ -43,10 +48,14 @@ rule orientation_map:
 rule aggregate_thickness:
     input:
         chunks=thickness_chunk_files,
+        shards=thickness_shard_files,
+        store=store("results/{vol}/thickness.zarr"),
         rmax="results/{vol}/thickness/rmax.json",
-        volume="results/{vol}/volume.zarr",
+        volume=store("results/{vol}/volume.zarr"),
     output:
         "results/{vol}/thickness.nc",
+    wildcard_constraints:
+        vol=THICKNESS_SPLIT,
     params:
         bins=THICKNESS["bins"],
         provenance=PROVENANCE,

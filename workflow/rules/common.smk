@@ -1,10 +1,17 @@
-# Shared definitions and input functions: volumes, parameter blocks, thickness chunks.
+# Shared definitions and input functions: volumes, job plans, stores.
 import re
 
-from volsweep.backend import cuda_available
-from volsweep.config import angle_values, sweep_blocks, volume_entries
+from volsweep.config import angle_values, volume_entries
+from volsweep.devices import gpu_planned
 from volsweep.io.readers import source_shape
-from volsweep.pipeline import provenance
+from volsweep.jobs import (
+    THICKNESS_BYTES_PER_VOXEL,
+    host_memory_bytes,
+    sweep_estimate,
+    theta_blocks,
+    thickness_chunk_shape,
+)
+from volsweep.provenance import provenance
 from volsweep.tiling import plan_tiles
 
 CONFIGFILE = ", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"]))
@@ -14,24 +21,59 @@ SWEEP = config["sweep"]
 THICKNESS = config["thickness"]
 THETA = angle_values(SWEEP["theta"])
 PHI = angle_values(SWEEP["phi"])
-BLOCKS = sweep_blocks(config)
 PROVENANCE = provenance(config)
 ENV = "../../envs/volsweep.yaml"
 ORIENTATION = SWEEP["enabled"] and SWEEP["orientation_map"]
-ORIENTATION_BLOCK_OUTPUT = (
-    {"orientation": temp(directory("results/{vol}/sweep/{block}.orientation.zarr"))}
-    if ORIENTATION
-    else {}
-)
 REPORT = config["report"]
-USES_GPU = int(config["device"] == "cuda" or (config["device"] == "auto" and cuda_available()))
+USES_GPU = int(gpu_planned(config["device"]))
+SWEEP_THREADS = 2
 MB = 2**20
 RETRIES = 2  # compute rules: a transient failure (node, OOM) is retried with mem_mb x attempt; not
 # ingest, whose failures are bad input (retrying would only repeat the error)
 
 
+def store(path):
+    """A Zarr store as a rule's file: its root metadata (no marker inside the store)."""
+    return f"{path}/zarr.json"
+
+
+def sweep_plan(vol):
+    """Theta-index blocks of one volume's sweep jobs, from the engine's cost model."""
+    est = sweep_estimate(SHAPES[vol], THETA, PHI, SWEEP["xi"], a=SWEEP["a"],
+                         spacing=VOLUMES[vol]["spacing"], truncate=SWEEP["truncate"],
+                         device="cuda" if USES_GPU else "cpu", threads=SWEEP_THREADS)
+    return theta_blocks(len(THETA), est["seconds"], job_minutes=SWEEP["job_minutes"],
+                        min_jobs=SWEEP["min_jobs"], block_size=SWEEP["block_size"])
+
+
+def thickness_plan(vol):
+    """None: the whole volume in one job; else the chunk (core) shape of the chunk jobs."""
+    if THICKNESS["chunk"] != "auto":
+        return tuple(THICKNESS["chunk"])
+    budget = (THICKNESS["memory_mb"] * MB if THICKNESS["memory_mb"] else host_memory_bytes() / 2)
+    # A chunk reads its core plus a halo of up to half a core on each side: 8 x the core.
+    return thickness_chunk_shape(SHAPES[vol], budget_bytes=budget,
+                                 aligned_to=config["storage"]["shards"],
+                                 bytes_per_voxel=8 * THICKNESS_BYTES_PER_VOXEL)
+
+
+SWEEP_BLOCKS = {vol: sweep_plan(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}
+THICKNESS_CHUNK = {vol: thickness_plan(vol) for vol in VOLUMES} if THICKNESS["enabled"] else {}
+
+
+def names_regex(names):
+    """A wildcard constraint matching exactly these volume names (nothing when empty)."""
+    return "|".join(re.escape(v) for v in names) or "(?!)"
+
+
+SWEEP_WHOLE = names_regex(v for v, b in SWEEP_BLOCKS.items() if len(b) == 1)
+SWEEP_SPLIT = names_regex(v for v, b in SWEEP_BLOCKS.items() if len(b) > 1)
+THICKNESS_WHOLE = names_regex(v for v, c in THICKNESS_CHUNK.items() if c is None)
+THICKNESS_SPLIT = names_regex(v for v, c in THICKNESS_CHUNK.items() if c is not None)
+
+
 wildcard_constraints:
-    vol="|".join(re.escape(v) for v in VOLUMES),
+    vol=names_regex(VOLUMES),
     block=r"\d+",
     chunk=r"\d+",
 
@@ -42,8 +84,12 @@ def volume_nbytes(vol):
     return 4 * shape[0] * shape[1] * shape[2]
 
 
-def n_chunks(vol):
-    return len(plan_tiles(SHAPES[vol], THICKNESS["chunk"]))
+def block_theta(wildcards):
+    return THETA[SWEEP_BLOCKS[wildcards.vol][int(wildcards.block)]].tolist()
+
+
+def block_theta_offset(wildcards):
+    return int(SWEEP_BLOCKS[wildcards.vol][int(wildcards.block)][0])
 
 
 def source_files(wildcards):
@@ -52,17 +98,37 @@ def source_files(wildcards):
 
 
 def sweep_block_files(wildcards):
-    return expand("results/{vol}/sweep/{block}.nc", vol=wildcards.vol, block=range(len(BLOCKS)))
-
-
-def thickness_chunk_files(wildcards):
-    return expand("results/{vol}/thickness/chunks/{chunk}.npz", vol=wildcards.vol,
-                  chunk=range(n_chunks(wildcards.vol)))
+    return expand("results/{vol}/sweep/{block}.nc", vol=wildcards.vol,
+                  block=range(len(SWEEP_BLOCKS[wildcards.vol])))
 
 
 def orientation_block_files(wildcards):
     return expand("results/{vol}/sweep/{block}.orientation.zarr", vol=wildcards.vol,
-                  block=range(len(BLOCKS)))
+                  block=range(len(SWEEP_BLOCKS[wildcards.vol])))
+
+
+def chunk_grid(vol):
+    """(i, j, k) shard index of every thickness chunk: chunks are the store's shards."""
+    chunk = THICKNESS_CHUNK[vol]
+    return [tuple(s.start // c for s, c in zip(t.core, chunk)) for t in plan_tiles(SHAPES[vol], chunk)]
+
+
+def thickness_chunk_files(wildcards):
+    return [f"results/{wildcards.vol}/thickness/chunks/{i}_{j}_{k}.npz"
+            for i, j, k in chunk_grid(wildcards.vol)]
+
+
+def thickness_shard_files(wildcards):
+    return [f"results/{wildcards.vol}/thickness.zarr/0/c/{i}/{j}/{k}"
+            for i, j, k in chunk_grid(wildcards.vol)]
+
+
+def sweep_mem_mb(wildcards, attempt):
+    return attempt * int(8 * volume_nbytes(wildcards.vol) / MB + 512)
+
+
+def thickness_mem_mb(wildcards, attempt):
+    return attempt * int(THICKNESS_BYTES_PER_VOXEL * volume_nbytes(wildcards.vol) / 4 / MB + 512)
 
 
 def figures(vol):
@@ -83,13 +149,13 @@ def figures(vol):
 def all_outputs():
     outputs = []
     for vol in VOLUMES:
-        outputs.append(f"results/{vol}/volume.zarr")
+        outputs.append(store(f"results/{vol}/volume.zarr"))
         if SWEEP["enabled"]:
             outputs.append(f"results/{vol}/sweep.nc")
         if ORIENTATION:
-            outputs.append(f"results/{vol}/orientation.zarr")
+            outputs.append(store(f"results/{vol}/orientation.zarr"))
         if THICKNESS["enabled"]:
-            outputs += [f"results/{vol}/thickness.nc", f"results/{vol}/thickness.zarr"]
+            outputs += [f"results/{vol}/thickness.nc", store(f"results/{vol}/thickness.zarr")]
         outputs += figures(vol)
     if SWEEP["enabled"]:
         outputs.append("results/summary/sweep.nc")

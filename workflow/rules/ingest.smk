@@ -5,7 +5,7 @@ rule ingest:
     input:
         source_files,
     output:
-        directory("results/{vol}/volume.zarr"),
+        store("results/{vol}/volume.zarr"),
     params:
         entry=lambda wildcards: VOLUMES[wildcards.vol],
         chunks=config["storage"]["chunks"],

@@ -24,8 +24,8 @@ rule plot_sweep:
 
 rule plot_orientation:
     input:
-        volume="results/{vol}/volume.zarr",
-        orientation="results/{vol}/orientation.zarr",
+        volume=store("results/{vol}/volume.zarr"),
+        orientation=store("results/{vol}/orientation.zarr"),
     output:
         report(
             "results/{vol}/plots/orientation_slice.png",
@@ -46,8 +46,8 @@ rule plot_orientation:
 rule plot_thickness:
     input:
         nc="results/{vol}/thickness.nc",
-        volume="results/{vol}/volume.zarr",
-        thickness="results/{vol}/thickness.zarr",
+        volume=store("results/{vol}/volume.zarr"),
+        thickness=store("results/{vol}/thickness.zarr"),
     output:
         histogram=report(
             "results/{vol}/plots/thickness_histogram.png",

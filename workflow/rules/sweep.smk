@@ -1,34 +1,67 @@
-# Sweep: one job per (volume, parameter block); a block is a run of theta values
-# over every phi and xi.
+# Sweep: by default one job per volume, the whole (theta, phi, xi) grid against one FFT
+# of the volume, writing sweep.nc and orientation.zarr directly. A volume whose
+# estimated compute exceeds sweep.job_minutes (or sweep.min_jobs > 1) is split into
+# theta blocks, merged by aggregate_sweep and orientation_map.
+
+
+rule sweep:
+    input:
+        volume=store("results/{vol}/volume.zarr"),
+    output:
+        nc="results/{vol}/sweep.nc",
+        **({"orientation": store("results/{vol}/orientation.zarr")} if ORIENTATION else {}),
+    wildcard_constraints:
+        vol=SWEEP_WHOLE,
+    params:
+        theta=THETA.tolist(),
+        phi=PHI.tolist(),
+        sweep=SWEEP,
+        device=config["device"],
+        provenance=PROVENANCE,
+    log:
+        "logs/{vol}/sweep.log",
+    benchmark:
+        "logs/{vol}/sweep.benchmark.tsv"
+    threads: SWEEP_THREADS
+    retries: RETRIES
+    resources:
+        gpu=USES_GPU,
+        mem_mb=sweep_mem_mb,
+    conda:
+        ENV
+    script:
+        "../scripts/sweep.py"
 
 
 rule sweep_block:
     input:
-        "results/{vol}/volume.zarr",
+        volume=store("results/{vol}/volume.zarr"),
     output:
         nc="results/{vol}/sweep/{block}.nc",
-        **ORIENTATION_BLOCK_OUTPUT,
+        **(
+            {"orientation": temp(directory("results/{vol}/sweep/{block}.orientation.zarr"))}
+            if ORIENTATION
+            else {}
+        ),
+    wildcard_constraints:
+        vol=SWEEP_SPLIT,
     params:
-        theta=lambda wildcards: THETA[BLOCKS[int(wildcards.block)]].tolist(),
+        theta=block_theta,
+        theta_offset=block_theta_offset,
         phi=PHI.tolist(),
-        xi=SWEEP["xi"],
-        a=SWEEP["a"],
-        mode=SWEEP["mode"],
-        truncate=SWEEP["truncate"],
-        stats=SWEEP["stats"],
+        sweep=SWEEP,
         device=config["device"],
-        theta_offset=lambda wildcards: int(BLOCKS[int(wildcards.block)][0]),
-        memory_limit_mb=SWEEP["memory_limit_mb"],
+        provenance=PROVENANCE,
     log:
         "logs/{vol}/sweep/{block}.log",
     benchmark:
         "logs/{vol}/sweep/{block}.benchmark.tsv"
-    threads: 2
+    threads: SWEEP_THREADS
     retries: RETRIES
     resources:
         gpu=USES_GPU,
-        mem_mb=lambda wildcards, attempt: attempt * int(8 * volume_nbytes(wildcards.vol) / MB + 512),
+        mem_mb=sweep_mem_mb,
     conda:
         ENV
     script:
-        "../scripts/sweep_block.py"
+        "../scripts/sweep.py"

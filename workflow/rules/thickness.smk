@@ -1,16 +1,44 @@
-# Local thickness: a distance pass for R_max, an empty shard-aligned store, then
-# one job per chunk (core + halo in, core out) that writes only its own shards.
+# Local thickness: by default one job per volume (the whole volume in one call). A
+# volume beyond thickness.memory_mb (or with an explicit thickness.chunk) takes a
+# distance pass for R_max, an empty shard-aligned store, then one job per chunk
+# (core + halo in, core out) that writes only its own shards.
+
+
+rule thickness:
+    input:
+        volume=store("results/{vol}/volume.zarr"),
+    output:
+        zarr=store("results/{vol}/thickness.zarr"),
+        nc="results/{vol}/thickness.nc",
+    wildcard_constraints:
+        vol=THICKNESS_WHOLE,
+    params:
+        thickness=THICKNESS,
+        device=config["device"],
+        provenance=PROVENANCE,
+    log:
+        "logs/{vol}/thickness.log",
+    benchmark:
+        "logs/{vol}/thickness.benchmark.tsv"
+    retries: RETRIES
+    resources:
+        gpu=USES_GPU,
+        mem_mb=thickness_mem_mb,
+    conda:
+        ENV
+    script:
+        "../scripts/thickness.py"
 
 
 rule thickness_rmax:
     input:
-        "results/{vol}/volume.zarr",
+        volume=store("results/{vol}/volume.zarr"),
     output:
         "results/{vol}/thickness/rmax.json",
+    wildcard_constraints:
+        vol=THICKNESS_SPLIT,
     params:
-        threshold=THICKNESS["threshold"],
-        label=THICKNESS["label"],
-        invert=THICKNESS["invert"],
+        thickness=THICKNESS,
         device=config["device"],
     log:
         "logs/{vol}/thickness/rmax.log",
@@ -28,12 +56,14 @@ rule thickness_rmax:
 
 rule thickness_store:
     input:
-        "results/{vol}/volume.zarr",
+        volume=store("results/{vol}/volume.zarr"),
     output:
-        directory("results/{vol}/thickness.zarr"),
+        store("results/{vol}/thickness.zarr"),
+    wildcard_constraints:
+        vol=THICKNESS_SPLIT,
     params:
         chunks=config["storage"]["chunks"],
-        chunk=THICKNESS["chunk"],
+        chunk=lambda wildcards: THICKNESS_CHUNK[wildcards.vol],
     log:
         "logs/{vol}/thickness/store.log",
     conda:
@@ -44,21 +74,25 @@ rule thickness_store:
 
 rule thickness_chunk:
     input:
-        volume="results/{vol}/volume.zarr",
-        store="results/{vol}/thickness.zarr",
+        volume=store("results/{vol}/volume.zarr"),
+        store=store("results/{vol}/thickness.zarr"),
         rmax="results/{vol}/thickness/rmax.json",
     output:
-        "results/{vol}/thickness/chunks/{chunk}.npz",
+        shard="results/{vol}/thickness.zarr/0/c/{i}/{j}/{k}",
+        counts="results/{vol}/thickness/chunks/{i}_{j}_{k}.npz",
+    wildcard_constraints:
+        vol=THICKNESS_SPLIT,
+        i=r"\d+",
+        j=r"\d+",
+        k=r"\d+",
     params:
-        chunk=THICKNESS["chunk"],
-        threshold=THICKNESS["threshold"],
-        label=THICKNESS["label"],
-        invert=THICKNESS["invert"],
+        chunk=lambda wildcards: THICKNESS_CHUNK[wildcards.vol],
+        thickness=THICKNESS,
         device=config["device"],
     log:
-        "logs/{vol}/thickness/chunks/{chunk}.log",
+        "logs/{vol}/thickness/chunks/{i}_{j}_{k}.log",
     benchmark:
-        "logs/{vol}/thickness/chunks/{chunk}.benchmark.tsv"
+        "logs/{vol}/thickness/chunks/{i}_{j}_{k}.benchmark.tsv"
     retries: RETRIES
     resources:
         gpu=USES_GPU,

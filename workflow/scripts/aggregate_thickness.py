@@ -1,11 +1,8 @@
-# Snakemake script: log to log[0], then one package call.
-import sys
-from pathlib import Path
+# Snakemake script (`snakemake` is injected): log to log[0], then one package call.
+from volsweep import pipeline
+from volsweep.runner import run_script
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # volsweep, when not pip-installed
-from volsweep.pipeline import aggregate_thickness, run_script
-
-run_script(aggregate_thickness, snakemake, chunk_npzs=list(snakemake.input.chunks),
+run_script(pipeline.aggregate_thickness, snakemake, chunk_npzs=list(snakemake.input.chunks),
            rmax_json=snakemake.input.rmax, volume_zarr=snakemake.input.volume,
-           out_nc=snakemake.output[0], bins=snakemake.params.bins,
-           provenance=snakemake.params.provenance)
+           thickness_zarr=snakemake.input.store, out_nc=snakemake.output[0],
+           bins=snakemake.params.bins, provenance=snakemake.params.provenance)

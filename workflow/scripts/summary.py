@@ -1,9 +1,6 @@
-# Snakemake script: log to log[0], then one package call.
-import sys
-from pathlib import Path
+# Snakemake script (`snakemake` is injected): log to log[0], then one package call.
+from volsweep import pipeline
+from volsweep.runner import run_script
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # volsweep, when not pip-installed
-from volsweep.pipeline import run_script, summarize
-
-run_script(summarize, snakemake, paths=list(snakemake.input), names=snakemake.params.names,
+run_script(pipeline.summarize, snakemake, paths=list(snakemake.input), names=snakemake.params.names,
            out_nc=snakemake.output[0])

@@ -1,11 +1,8 @@
-# Snakemake script: log to log[0], then one package call.
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # volsweep, when not pip-installed
-from volsweep.pipeline import run_script, thickness_rmax
+# Snakemake script (`snakemake` is injected): log to log[0], then one package call.
+from volsweep import pipeline
+from volsweep.runner import run_script
 
 p = snakemake.params
-run_script(thickness_rmax, snakemake, volume_zarr=snakemake.input[0], out_json=snakemake.output[0],
-           threshold=p.threshold, label=p.label, invert=p.invert, device=p.device,
+run_script(pipeline.thickness_rmax, snakemake, volume_zarr=snakemake.input.volume,
+           out_json=snakemake.output[0], thickness=p.thickness, device=p.device,
            name=snakemake.wildcards.vol)

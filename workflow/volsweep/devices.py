@@ -185,3 +185,22 @@ def claim_gpu(device: str = "auto", *, timeout: float | None = None, env=None):
         else:
             env["CUDA_VISIBLE_DEVICES"] = previous
         os.close(fd)
+
+
+def gpu_planned(device: str, env=None) -> bool:
+    """Whether jobs with ``device`` will use a GPU, decided without importing CuPy.
+
+    ``cuda`` always; ``auto`` when CuPy is installed and ``nvidia-smi`` lists a
+    GPU (or ``VOLSWEEP_GPU_COUNT`` says so); ``cpu`` never.  The workflow's
+    parse uses this to give GPU rules a ``gpu`` resource.
+
+    Examples
+    --------
+    >>> gpu_planned("cpu")
+    False
+    """
+    if device != "auto":
+        return device == "cuda"
+    import importlib.util
+
+    return importlib.util.find_spec("cupy") is not None and gpu_count(env) > 0

@@ -14,14 +14,16 @@ from volsweep.wavelet import axis_vector
 
 
 def fibre_direction(theta: float, phi: float) -> np.ndarray:
-    """Unit axis u(θ, φ) of a fibre (:func:`volsweep.wavelet.axis_vector`).
+    """Unit axis u(θ, φ) of a fibre, components first: shape ``(3, ...)``.
+
+    The same axis as :func:`volsweep.wavelet.axis_vector`, whose components are last.
 
     Examples
     --------
     >>> fibre_direction(0.0, 0.0)
     array([ 1., -0.,  0.])
     """
-    return axis_vector(theta, phi)
+    return np.moveaxis(axis_vector(theta, phi), -1, 0)
 
 
 def _window(lo, hi, spacing, n):

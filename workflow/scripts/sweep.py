@@ -1,0 +1,10 @@
+# Snakemake script (`snakemake` is injected): log to log[0], then one package call.
+from volsweep import pipeline
+from volsweep.runner import run_script
+
+p, w = snakemake.params, snakemake.wildcards
+run_script(pipeline.sweep, snakemake, volume_zarr=snakemake.input.volume, out_nc=snakemake.output.nc,
+           theta=p.theta, phi=p.phi, sweep=p.sweep, device=p.device, provenance=p.provenance,
+           orientation_zarr=snakemake.output.get("orientation"),
+           block=int(w.block) if "block" in w.keys() else None,
+           theta_offset=p.get("theta_offset", 0))

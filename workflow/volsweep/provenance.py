@@ -1,0 +1,39 @@
+"""Provenance attrs of every output: config hash, input checksum, versions, device."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+#: Distributions whose versions shape the numbers.
+DISTRIBUTIONS = ("volsweep", "numpy", "scipy", "xarray", "zarr", "edt", "numba", "cupy-cuda12x",
+                 "cupy-cuda13x", "snakemake")
+
+
+def config_sha256(config: dict) -> str:
+    """sha256 of the config as canonical JSON.
+
+    Examples
+    --------
+    >>> config_sha256({"b": 1, "a": 2}) == config_sha256({"a": 2, "b": 1})
+    True
+    """
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def package_versions() -> dict:
+    """``version_<name>`` of volsweep and the libraries that shape its numbers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in DISTRIBUTIONS:
+        try:
+            out[f"version_{dist.split('-')[0]}"] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def provenance(config: dict) -> dict:
+    """Provenance attrs shared by every output: config hash and package versions."""
+    return {"config_sha256": config_sha256(config), **package_versions()}
