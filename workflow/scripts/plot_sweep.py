@@ -1,9 +1,6 @@
-# Snakemake script: log to log[0], then one package call.
-import sys
-from pathlib import Path
+# Snakemake script (`snakemake` is injected): log to log[0], then one package call.
+from volsweep import figures
+from volsweep.runner import run_script
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # volsweep, when not pip-installed
-from volsweep.pipeline import plot_sweep, run_script
-
-run_script(plot_sweep, snakemake, sweep_nc=snakemake.input[0], out_png=snakemake.output[0],
+run_script(figures.plot_sweep, snakemake, sweep_nc=snakemake.input[0], out_png=snakemake.output[0],
            name=snakemake.wildcards.vol)

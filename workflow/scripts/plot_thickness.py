@@ -1,11 +1,8 @@
-# Snakemake script: log to log[0], then one package call.
-import sys
-from pathlib import Path
+# Snakemake script (`snakemake` is injected): log to log[0], then one package call.
+from volsweep import figures
+from volsweep.runner import run_script
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # volsweep, when not pip-installed
-from volsweep.pipeline import plot_thickness, run_script
-
-run_script(plot_thickness, snakemake, thickness_nc=snakemake.input.nc,
+run_script(figures.plot_thickness, snakemake, thickness_nc=snakemake.input.nc,
            volume_zarr=snakemake.input.volume, thickness_zarr=snakemake.input.thickness,
            hist_png=snakemake.output.histogram, slice_png=snakemake.output.slice,
            axis=snakemake.params.axis, name=snakemake.wildcards.vol)
