@@ -3,6 +3,7 @@ import re
 
 from volsweep.config import angle_values, volume_entries
 from volsweep.devices import gpu_planned
+from volsweep.io.complete import unreadable_intermediates
 from volsweep.io.readers import source_shape
 from volsweep.jobs import (
     THICKNESS_BYTES_PER_VOXEL,
@@ -25,6 +26,9 @@ PROVENANCE = provenance(config)
 ENV = "../../envs/volsweep.yaml"
 ORIENTATION = SWEEP["enabled"] and SWEEP["orientation_map"]
 REPORT = config["report"]
+PHASE_RULE = (
+    {k: THICKNESS[k] for k in ("threshold", "label", "invert")} if THICKNESS["enabled"] else None
+)
 USES_GPU = int(gpu_planned(config["device"]))
 SWEEP_THREADS = 2
 MB = 2**20
@@ -55,6 +59,13 @@ def thickness_plan(vol):
     return thickness_chunk_shape(SHAPES[vol], budget_bytes=budget,
                                  aligned_to=config["storage"]["shards"],
                                  bytes_per_voxel=8 * THICKNESS_BYTES_PER_VOXEL)
+
+
+# A truncated or corrupt intermediate (a killed copy, a full disk) is removed here, so
+# its job runs again before anything downstream reads it.
+for path in unreadable_intermediates(f"results/{vol}" for vol in VOLUMES):
+    logger.warning(f"volsweep: {path} is unreadable (truncated or corrupt); it will be remade")
+    path.unlink()
 
 
 SWEEP_BLOCKS = {vol: sweep_plan(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}

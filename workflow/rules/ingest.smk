@@ -11,6 +11,7 @@ rule ingest:
         chunks=config["storage"]["chunks"],
         shards=config["storage"]["shards"],
         memory_budget_mb=config["memory_budget_mb"],
+        phase=PHASE_RULE,
     log:
         "logs/{vol}/ingest.log",
     benchmark:

@@ -28,7 +28,7 @@ from volsweep.io import datasets
 from volsweep.io import orientation as orientation_store
 from volsweep.io.atomic import atomic_dir, atomic_file
 from volsweep.io.complete import IncompleteError, check_written, require_complete
-from volsweep.io.readers import open_volume, source_sha256, volume_where
+from volsweep.io.readers import VolumeError, open_volume, source_sha256, volume_where
 from volsweep.io.store import create_store, ingest, open_store
 from volsweep.runner import run_script
 from volsweep.tiling import plan_tiles
@@ -100,21 +100,49 @@ def _volume(volume_zarr):
     return store, tuple(store.attrs["spacing"])
 
 
-def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_mb: float):
-    """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``."""
+def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_mb: float,
+                  phase: dict | None = None):
+    """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``.
+
+    With ``phase`` (the config's ``thickness`` section, when thickness runs),
+    the phase rule is resolved first (an ``otsu``/``li``/``yen`` threshold from
+    a histogram streamed from the input), checked (an empty or full phase
+    stops here, before any store is written; under 1% or over 95% warns), and
+    recorded in the store's attrs as ``phase`` for the thickness jobs.
+    """
+    from volsweep.phase import check_phase, value_range
+
     source = open_volume(entry, name, memory_budget=memory_budget_mb * MB)
+    lo, hi = value_range(source)
+    if lo == hi:
+        raise VolumeError(f"{volume_where(entry, name)}: every voxel is {lo}: a constant volume "
+                          "has no structure to sweep or measure")
+    rule = None
+    if phase is not None:
+        rule = check_phase(source, name, threshold=phase["threshold"], label=phase["label"],
+                           invert=phase["invert"])
+        if rule["warning"]:
+            log.warning("%s", rule["warning"])
+        log.info("ingest %s: phase %s, %.4f of the volume", name, rule, rule["phase_fraction"])
+    spacing = [float(s) for s in getattr(source, "spacing", entry["spacing"])]
+    unit = getattr(source, "unit", None) or entry.get("unit")
+    axes = getattr(source, "axes", "xyz")
     attrs = {
         "name": name,
-        "spacing": [float(s) for s in entry["spacing"]],
+        "spacing": spacing,
         "shape": [int(n) for n in source.shape],
         "source": entry.get("path", "synthetic"),
         "format": entry.get("format", "synthetic"),
         "source_dtype": str(np.dtype(source.dtype)),
         "source_sha256": source_sha256(entry, source),
-        **({"unit": entry["unit"]} if entry.get("unit") else {}),
+        "value_range": [lo, hi],
+        "file_axes": axes,
+        "axes_from_file": {c: axes.index(c) for c in "xyz"},
+        **({"unit": unit} if unit else {}),
+        **({"phase": rule} if rule else {}),
     }
     ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=memory_budget_mb * MB,
-           attrs=attrs, name=name, spacing=entry["spacing"], unit=entry.get("unit"),
+           attrs=attrs, name=name, spacing=spacing, unit=unit,
            where=volume_where(entry, name), on_block=lambda i: inject_fault("ingest_volume"))
 
 
@@ -229,11 +257,13 @@ def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict):
     _write_sweep(datasets.merge_sweep_blocks(block_ncs), out_nc, store, provenance)
 
 
-def _phase(volume, thickness: dict, **kwargs):
+def _phase(volume, store, thickness: dict, **kwargs):
+    """The phase of ``volume`` by the rule ingest resolved (an otsu threshold as a number)."""
     from volsweep.thickness import select_phase
 
-    return select_phase(volume, threshold=thickness["threshold"], label=thickness["label"],
-                        invert=thickness["invert"], **kwargs)
+    rule = store.attrs.get("phase") or thickness
+    return select_phase(volume, threshold=rule["threshold"], label=rule["label"],
+                        invert=rule["invert"], **kwargs)
 
 
 def _device_label(device) -> str:
@@ -247,7 +277,7 @@ def thickness(volume_zarr, out_zarr, out_nc, *, thickness: dict, device, provena
     from volsweep.thickness import distribution_from_counts, local_thickness, value_counts
 
     store, spacing = _volume(volume_zarr)
-    binary = _phase(store[...], thickness, name=f"volumes.{name}")
+    binary = _phase(store[...], store, thickness, name=f"volumes.{name}")
     start = time.perf_counter()
     lt = np.asarray(local_thickness(binary, spacing=spacing, device=device), dtype=np.float32)
     log.info("thickness: %s voxels, %d in the phase, in %.2f s", lt.shape, int(binary.sum()),
@@ -276,7 +306,7 @@ def thickness_rmax(volume_zarr, out_json, *, thickness: dict, device, name):
     from volsweep.thickness import max_inscribed_radius
 
     store, spacing = _volume(volume_zarr)
-    binary = _phase(store[...], thickness, name=f"volumes.{name}")
+    binary = _phase(store[...], store, thickness, name=f"volumes.{name}")
     r_max = max_inscribed_radius(binary, spacing=spacing, device=device)
     info = {"r_max": float(r_max), "n_voxels": int(binary.size), "n_phase": int(binary.sum()),
             "spacing": list(spacing), "shape": list(binary.shape), "device": _device_label(device)}
@@ -311,7 +341,7 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, shard, c
     stop = [min(n, s) for n, s in zip(store.shape, tile.stop)]
     block = store[tuple(slice(a, b) for a, b in zip(start, stop))]
     core_in_block = tuple(slice(c.start - a, c.stop - a) for c, a in zip(tile.core, start))
-    binary = _phase(block, thickness, whole=False)
+    binary = _phase(block, store, thickness, whole=False)
     lt = local_thickness_core(binary, core_in_block, r_max, spacing=spacing, device=device)
     out = open_store(store_root(thickness_zarr), mode="r+")
     out[tile.core] = np.asarray(lt, dtype=np.float32)

@@ -36,3 +36,43 @@ def check_written(array, root, cores, names) -> None:
         if np.isnan(array[core]).any():
             raise IncompleteError(f"{Path(root).parent}: unwritten (NaN) voxels in the core of "
                                   f"{name}; delete that file and rerun")
+
+
+#: Intermediates a later rule reads, by pattern under a volume's results folder.
+INTERMEDIATES = ("sweep/*.nc", "thickness/chunks/*.npz", "thickness/rmax.json", "*.nc")
+
+
+def readable(path) -> bool:
+    """Whether a NetCDF, ``.npz`` or JSON file opens and its index is whole (no data read)."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        if path.suffix == ".nc":
+            import h5py
+
+            with h5py.File(path, "r"):
+                return True
+        if path.suffix == ".npz":
+            with zipfile.ZipFile(path) as z:
+                return bool(z.namelist())
+        if path.suffix == ".json":
+            import json
+
+            json.loads(path.read_text())
+            return True
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
+    return True
+
+
+def unreadable_intermediates(volume_dirs) -> list[Path]:
+    """The existing intermediates and results under ``volume_dirs`` that do not open.
+
+    Examples
+    --------
+    >>> unreadable_intermediates(["results/no-such-volume"])
+    []
+    """
+    return [p for d in volume_dirs for pattern in INTERMEDIATES
+            for p in sorted(Path(d).glob(pattern)) if not readable(p)]
