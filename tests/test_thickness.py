@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from thickness_oracle import (oracle_d2, oracle_d2_int, oracle_local_thickness,  # noqa: E402
+from thickness_oracle import (oracle_d2_int, oracle_local_thickness,  # noqa: E402
                               oracle_r2_int)
 
 import volsweep  # noqa: E402

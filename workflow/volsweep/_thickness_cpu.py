@@ -75,8 +75,8 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
 
     Examples
     --------
-    >>> edt_sq(np.array([[[False, True, True]]]), (1, 1, 2))[0, 0]
-    array([0., 4., 16.])
+    >>> edt_sq(np.array([[[False, True, True]]]), (1, 1, 2))[0, 0].tolist()
+    [0.0, 4.0, 16.0]
     """
     phase = np.ascontiguousarray(phase, dtype=bool)
     wx, wy, wz = (float(w) for w in weights)

@@ -6,7 +6,6 @@ Lengths are squared lattice lengths (integer weights, exact in float64).
 
 import math
 
-import numba
 import numpy as np
 from numba import njit, prange
 from numba.cpython.unsafe.numbers import trailing_zeros
