@@ -16,12 +16,21 @@ import numpy as np
 
 from . import wavelet as _wv
 
-#: ``a = SCALE_PER_RADIUS · median fibre radius``: the scale whose normalised response
-#: ``G/√wavelet_energy`` on the axis of a cylinder of radius R is largest.  Along the
-#: wavelet's axis ψ integrates to a 2D Mexican hat ``(2 − ρ²/a²)·exp(−ρ²/2a²)``, whose
-#: integral over a disc of radius R is ``2πR²·exp(−R²/2a²)``; with ``wavelet_energy ∝ a³ξ``
-#: the normalised response ``∝ R²·exp(−R²/2a²)/√a`` peaks at ``a = √2·R``.
-SCALE_PER_RADIUS = math.sqrt(2.0)
+#: ``a = SCALE_PER_RADIUS · median fibre radius``.
+#: Along its axis ψ integrates to a 2D Mexican hat ``(2 − ρ²/a²)·exp(−ρ²/2a²)``, whose
+#: normalised response on a cylinder's axis peaks at ``a = √2·R``; but a fibre's spectrum
+#: is largest at low frequencies, where tilting an elongated wavelet *raises* its response
+#: (``p`` grows towards the peak of ``p·e^{−p/2}``), so the volume's energy points along
+#: the fibres only when enough of their spectrum lies above the wavelet's peak,
+#: ``a·|ω| > √2``.  And the local thickness of a digitised cylinder of radius R has a
+#: median of 0.87–1.03 × 2R (R = 2–4).  Measured on periodic fibre volumes of radius 2–4
+#: with noise σ = 0.3 (tests/test_orientation.py): with ``a = √2 × radius`` from the
+#: thickness the dominant direction was 15–55° off for R ≤ 2.5 at ξ = 2; with
+#: ``2.5 × radius`` the refined dominant direction was within 2.3° (half the 15° grid step
+#: is 7.5°) and every fibre voxel's orientation within one grid step.
+SCALE_PER_RADIUS = 2.5
+#: Grid axes within this many cell widths of a peak enter its quadratic refinement.
+REFINE_WIDTHS = 2.0
 #: Points of the Fibonacci half-sphere that measure each grid direction's solid angle.
 AREA_SAMPLES = 8192
 #: Axes within this many typical cell widths (√(2π / number of axes)) are neighbours.
@@ -46,8 +55,8 @@ def scale_from_thickness(thickness, *, factor=SCALE_PER_RADIUS, statistic="media
         :func:`volsweep.thickness_distribution`): its ``median`` (or ``mean``) is a
         DIAMETER; the radius is half of it.
     factor : float
-        ``a = factor · radius``; the default :data:`SCALE_PER_RADIUS` (√2) maximises the
-        normalised on-axis response of a cylinder.
+        ``a = factor · radius``; the default :data:`SCALE_PER_RADIUS` (2.5) is the one
+        that makes the sweep's energy point along the fibres (see its derivation).
     statistic : {'median', 'mean'}
 
     Returns
@@ -57,8 +66,8 @@ def scale_from_thickness(thickness, *, factor=SCALE_PER_RADIUS, statistic="media
     Examples
     --------
     >>> import xarray as xr
-    >>> round(scale_from_thickness(xr.Dataset({"median": 5.0})), 4)
-    3.5355
+    >>> scale_from_thickness(xr.Dataset({"median": 4.0}))
+    5.0
     """
     if statistic not in ("median", "mean"):
         raise ValueError(f"statistic must be 'median' or 'mean', got statistic={statistic!r}")
@@ -234,3 +243,36 @@ def votes_from_map(weight, indices, grid_shape) -> np.ndarray:
     flat = np.ravel_multi_index(tuple(np.asarray(i, np.int64).ravel() for i in indices), grid_shape)
     out = np.bincount(flat, weights=np.asarray(weight, np.float64).ravel(), minlength=int(np.prod(grid_shape)))
     return out.reshape(grid_shape)
+
+
+def refine_peak(values, sphere: SphereGrid, *, widths=REFINE_WIDTHS) -> np.ndarray:
+    """Sub-grid axis of the largest value of one (θ, φ) map.
+
+    Least-squares fit of ``uᵀAu`` (the quadratic forms on the sphere of axes, six
+    coefficients) to the values at the grid axes within ``widths`` cell widths of the
+    largest one; the refined axis is A's principal eigenvector.  Falls back to the grid
+    axis where too few axes are near (fewer than seven).
+
+    Examples
+    --------
+    >>> th = np.arange(12) * np.pi / 12
+    >>> sphere = SphereGrid(th, th)
+    >>> truth = np.array([0.5, 0.7, 0.3]) / np.linalg.norm([0.5, 0.7, 0.3])
+    >>> t, p = np.meshgrid(th, th, indexing="ij")
+    >>> m = (_wv.axis_vector(t, p) @ truth) ** 8
+    >>> bool(np.degrees(np.arccos(abs(refine_peak(m, sphere) @ truth))) < 1.0)
+    True
+    """
+    v = np.full(len(sphere.u), -np.inf)
+    np.maximum.at(v, sphere.index, np.asarray(values, float).ravel())
+    i = int(np.argmax(v))
+    sel = np.flatnonzero(sphere.angle[i] <= widths * sphere.width)
+    if len(sel) < 7:
+        return sphere.u[i].copy()
+    u, y = sphere.u[sel], v[sel]
+    X = np.stack([u[:, 0] ** 2, u[:, 1] ** 2, u[:, 2] ** 2, 2 * u[:, 0] * u[:, 1], 2 * u[:, 0] * u[:, 2],
+                  2 * u[:, 1] * u[:, 2]], axis=1)
+    c, *_ = np.linalg.lstsq(X, y - y.mean(), rcond=None)
+    A = np.array([[c[0], c[3], c[4]], [c[3], c[1], c[5]], [c[4], c[5], c[2]]])
+    axis = np.linalg.eigh(A)[1][:, -1]
+    return axis if abs(axis @ sphere.u[i]) > math.cos(widths * sphere.width) else sphere.u[i].copy()

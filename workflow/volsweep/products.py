@@ -27,6 +27,10 @@ VAR_ATTRS = {
                        "comment": "NaN at xi = 1: the isotropic wavelet has no direction"},
     "dominant_phi": {"units": "radian", "long_name": "phi of the largest normalised energy",
                      "comment": "NaN at xi = 1: the isotropic wavelet has no direction"},
+    "dominant_theta_refined": {"units": "radian", "long_name": "theta of the sub-grid axis of the largest normalised energy",
+                               "comment": "quadratic fit on the sphere around the grid maximum; NaN at xi = 1"},
+    "dominant_phi_refined": {"units": "radian", "long_name": "phi of the sub-grid axis of the largest normalised energy",
+                             "comment": "quadratic fit on the sphere around the grid maximum; NaN at xi = 1"},
     "dominant_theta_index": {**_INDEX, "long_name": "theta index of the largest normalised energy",
                              "coordinate": "theta", "comment": "-1 at xi = 1 (isotropic)"},
     "dominant_phi_index": {**_INDEX, "long_name": "phi index of the largest normalised energy",
@@ -94,10 +98,12 @@ def _maps(ds: xr.Dataset, var="energy"):
 
 
 def dominant_orientation(ds: xr.Dataset) -> xr.Dataset:
-    """Per ξ (and a), the (θ, φ) that maximises ``energy / wavelet_energy``.
+    """Per ξ (and a), the (θ, φ) that maximises ``energy / wavelet_energy``, and its refinement.
 
-    Ties go to the first (θ, φ) in C order, as :func:`numpy.argmax` does.  At ξ = 1 the
-    wavelet is isotropic: the direction is NaN and the indices −1.
+    Ties go to the first (θ, φ) in C order, as :func:`numpy.argmax` does.
+    ``dominant_theta_refined``/``dominant_phi_refined`` are the sub-grid axis of that maximum
+    (:func:`volsweep.orientation.refine_peak`).  At ξ = 1 the wavelet is isotropic: the
+    directions are NaN and the indices −1.
 
     Examples
     --------
@@ -116,11 +122,20 @@ def dominant_orientation(ds: xr.Dataset) -> xr.Dataset:
     th = np.where(iso, np.nan, ds["theta"].values[it])
     ph = np.where(iso, np.nan, ds["phi"].values[ip])
     it, ip = np.where(iso, -1, it), np.where(iso, -1, ip)
+    from . import orientation as _or
+
+    sphere = _or.SphereGrid(ds["theta"].values, ds["phi"].values)
+    rth, rph = np.full(shape, np.nan), np.full(shape, np.nan)
+    for idx in np.ndindex(*shape):
+        if not iso[idx]:
+            rth[idx], rph[idx] = _or.angles_of_axis(_or.refine_peak(vals[idx], sphere))
     return annotate(xr.Dataset({
         "dominant_theta": (lead, th),
         "dominant_phi": (lead, ph),
         "dominant_theta_index": (lead, it.astype(np.int64)),
         "dominant_phi_index": (lead, ip.astype(np.int64)),
+        "dominant_theta_refined": (lead, rth),
+        "dominant_phi_refined": (lead, rph),
     }, coords={d: ds[d] for d in lead}))
 
 
@@ -234,8 +249,8 @@ def vote_families(ds: xr.Dataset, *, min_weight=None, max_families=None) -> xr.D
 
     Examples
     --------
-    >>> th = np.arange(6) * np.pi / 6
-    >>> v = np.zeros((6, 6, 1)); v[1, 2, 0] = 5.0; v[4, 4, 0] = 3.0
+    >>> th = np.arange(12) * np.pi / 12
+    >>> v = np.zeros((12, 12, 1)); v[1, 2, 0] = 5.0; v[8, 8, 0] = 3.0
     >>> ds = xr.Dataset({"orientation_votes": (("theta", "phi", "xi"), v)},
     ...                 coords={"theta": th, "phi": th, "xi": [3.0]})
     >>> vote_families(ds)["vote_family_weight"].values[:2]

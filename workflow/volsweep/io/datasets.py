@@ -51,19 +51,69 @@ def open_netcdf(path) -> xr.Dataset:
         return ds.load()
 
 
-def merge_sweep_blocks(paths) -> xr.Dataset:
-    """Concatenate sweep blocks along ``theta`` in the order given (the block order)."""
+#: Attrs that count work: the merged file holds their total over the blocks.
+SUM_ATTRS = ("n_kernels", "n_unique_kernels")
+#: Attrs of the volume's spatial tiling and FFTs: kept once where every block agrees, else
+#: as ``<name>_per_parameter_block`` (a list, or a string of lists for list values).
+PER_BLOCK_ATTRS = ("n_blocks", "halo", "fft_shape", "method", "device", "integration_scale")
+
+
+def _same(values) -> bool:
+    return all(np.array_equal(np.asarray(v), np.asarray(values[0])) for v in values[1:])
+
+
+def merge_sweep_blocks(paths, *, unit=None, provenance=None) -> xr.Dataset:
+    """Concatenate sweep blocks along ``theta`` in the order given (the block order).
+
+    The attrs describe the whole grid: ``n_kernels`` and ``n_unique_kernels`` are totals
+    over the blocks, ``n_parameter_blocks`` their number; the spatial plan (``n_blocks``,
+    ``halo``, ``fft_shape``, ``method``, ``device``) is kept once where the blocks agree,
+    else listed per block as ``<name>_per_parameter_block``.  ``unit`` (the physical unit
+    of the spacing, e.g. ``'micrometer'``) is recorded; ``provenance`` attrs are added,
+    except ``version_<pkg>`` entries that repeat the sweep's ``<pkg>_version``.
+
+    Examples
+    --------
+    >>> merge_sweep_blocks.__name__
+    'merge_sweep_blocks'
+    """
+    from volsweep.products import annotate
+
     blocks = [open_netcdf(p) for p in paths]
     theta_vars = [v for v in blocks[0].data_vars if "theta" in blocks[0][v].dims]
     merged = xr.concat([b[theta_vars] for b in blocks], dim="theta")
     for name in blocks[0].data_vars:
         if name not in theta_vars:
             merged[name] = blocks[0][name]
-    merged.attrs = {k: v for k, v in blocks[0].attrs.items() if k != "block"}
-    merged.attrs["n_blocks"] = len(blocks)
+    attrs = {k: v for k, v in blocks[0].attrs.items() if k != "block"}
+    for key in SUM_ATTRS:
+        if all(key in b.attrs for b in blocks):
+            attrs[key] = int(sum(int(b.attrs[key]) for b in blocks))
+    for key in PER_BLOCK_ATTRS:
+        if not all(key in b.attrs for b in blocks):
+            continue
+        values = [b.attrs[key] for b in blocks]
+        if _same(values):
+            continue
+        attrs.pop(key, None)
+        if np.ndim(values[0]) == 0:
+            attrs[f"{key}_per_parameter_block"] = [v.item() if hasattr(v, "item") else v for v in values]
+        else:
+            attrs[f"{key}_per_parameter_block"] = "; ".join(
+                "[" + ", ".join(str(x) for x in np.asarray(v).tolist()) + "]" for v in values)
+    attrs["n_parameter_blocks"] = len(blocks)
+    if "n_blocks" in attrs:  # all blocks agree: also the total
+        attrs["n_blocks_total"] = int(attrs["n_blocks"]) * len(blocks)
+    if unit is not None:
+        attrs["unit"] = str(unit)
+    for key, value in (provenance or {}).items():
+        if key.startswith("version_") and f"{key[len('version_'):]}_version" in attrs:
+            continue
+        attrs[key] = value
+    merged.attrs = attrs
     if not np.all(np.diff(merged["theta"].values) > 0):
         raise ValueError(f"sweep blocks are out of order or overlap: theta = {merged['theta'].values}")
-    return merged
+    return annotate(merged)
 
 
 def stack_volumes(paths, names) -> xr.Dataset:
