@@ -274,6 +274,52 @@ def bench_cpu(args, res):
     c["load_after"] = os.getloadavg()[0]
 
 
+def bench_cost(args, res):
+    """Constants of ``volsweep.engine.COST_CONSTANTS`` for one device, measured here.
+
+    ``irfft``: per-kernel seconds over N·log2 N (wrap, fast shapes: no halo), the slope of
+    per-kernel time against N·log2 N over ``--cost-shapes``; ``per_kernel``: its intercept;
+    ``parseval``: per-kernel seconds over N of the Parseval path; ``local_energy``: the extra
+    per-kernel seconds of the local-energy orientation map over voxels × taps.
+    """
+    from volsweep._plan import gaussian_taps
+
+    dev = "cuda" if args.gpu else "cpu"
+    gpu = dev == "cuda"
+    theta, phi = kernel_grid(args.cost_kernels)
+    k = len(theta) * len(phi)
+    rows = []
+    for n in args.cost_shapes:
+        shape = (n, n, n)
+        v = np.random.default_rng(0).random(shape, dtype=np.float32)
+        kw = dict(a=1.0, mode="wrap", device=dev, progress=False)
+
+        def per_kernel(**extra):
+            timer = _gpu_time if gpu else _wall
+            tk = timer(lambda: sweep(v, theta, phi, [2.0], **kw, **extra), args.reps)
+            t1 = timer(lambda: sweep(v, theta[:1], phi[:1], [2.0], **kw, **extra), args.reps)
+            return (tk - t1) / (k - 1)
+
+        irfft = per_kernel()
+        parseval = per_kernel(stats=("energy", "std", "mean"))
+        omap = per_kernel(orientation_map=True)
+        taps = sum(len(w) for w in gaussian_taps(1.0, (1.0, 1.0, 1.0)))
+        N = n ** 3
+        rows.append(dict(n=n, irfft_s=irfft, parseval_s=parseval, omap_s=omap,
+                         nlogn=N * math.log2(N), N=N, taps=taps))
+        print(f"cost {dev} {n}³: per kernel irfft {irfft * 1e3:.3f} ms, parseval {parseval * 1e3:.3f} ms, "
+              f"+local energy {(omap - irfft) * 1e3:.3f} ms", flush=True)
+    x = np.array([r["nlogn"] for r in rows])
+    y = np.array([r["irfft_s"] for r in rows])
+    slope, icpt = np.polyfit(x, y, 1) if len(rows) > 1 else (y[0] / x[0], 0.0)
+    res["cost"] = {"device": dev, "rows": rows, "constants": {
+        "irfft": float(slope), "per_kernel": float(max(icpt, 0.0)),
+        "parseval": float(np.median([r["parseval_s"] / r["N"] for r in rows])),
+        "local_energy": float(np.median([max(r["omap_s"] - r["irfft_s"], 0.0) / (r["N"] * r["taps"])
+                                         for r in rows]))}}
+    print("COST_CONSTANTS", dev, json.dumps(res["cost"]["constants"]), flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu", action="store_true")
@@ -291,10 +337,17 @@ def main(argv=None):
                    help="also time the Parseval path (wrap; energy/std/mean) at each of these ξ")
     p.add_argument("--parseval-only", action="store_true",
                    help="GPU: only the --parseval-xi timings (default ξ: 1 2 4)")
+    p.add_argument("--cost", action="store_true",
+                   help="measure volsweep.engine.COST_CONSTANTS on the --gpu or the CPU device")
+    p.add_argument("--cost-shapes", type=int, nargs="+", default=[64, 96, 128])
+    p.add_argument("--cost-kernels", type=int, default=16)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     res = {"command": " ".join(sys.argv), "host": platform.node()}
     try:
+        if args.cost:
+            bench_cost(args, res)
+            return
         if args.gpu and not args.parseval_only:
             bench_gpu(args, res)
         if args.gpu and (args.parseval_only or args.parseval_xi):

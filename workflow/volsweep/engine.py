@@ -228,7 +228,7 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
 #: Parseval path.  Measured with benchmarks/bench_sweep.py ``--cost`` (NOTES_sweep.md):
 #: the CPU figure on the 2-core development machine, the GPU one on an NVIDIA H200.
 COST_CONSTANTS = {
-    "cpu": {"irfft": 1.6e-9, "parseval": 2.0e-9, "local_energy": 4.0e-10, "per_kernel": 2e-4},
+    "cpu": {"irfft": 3.9e-10, "parseval": 3.2e-9, "local_energy": 2.0e-9, "per_kernel": 9.4e-3},
     "cuda": {"irfft": 4.0e-12, "parseval": 1.5e-12, "local_energy": 4.0e-12, "per_kernel": 3e-5},
 }
 
