@@ -427,7 +427,7 @@ def parseval_sums(pw, params, fft_shape, progress=None, *, names=None, waves=Non
     names = tuple(parseval_names() if names is None else names)
     mod = _module(wide, names)
     gen, iso = mod.get_function(names[0]), mod.get_function(names[1])
-    kb = int(names[0].split("<")[1].split(",")[0])
+    kb = int(names[0].split("<")[1].rstrip(">"))
     iso_kb = int(names[1].split("<")[1].rstrip(">"))
     waves = PARSEVAL_WAVES if waves is None else int(waves)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
