@@ -1,13 +1,9 @@
 # volsweep: oriented-wavelet sweeps and exact local thickness of 3D volumes.
 # Configuration: config.yaml (validated against workflow/schemas/config.schema.yaml).
-import os
 import sys
 from pathlib import Path
 
-# volsweep from this checkout, for the parse and for every job's script.
-PACKAGE_DIR = str(Path(workflow.basedir) / "workflow")
-sys.path.insert(0, PACKAGE_DIR)
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_DIR, os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))  # the parse, when not pip-installed
 
 from volsweep.config import validate_config
 

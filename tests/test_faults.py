@@ -104,7 +104,7 @@ def test_two_runs_and_core_counts_are_byte_identical(reference):
     cores2, cores1 = reference
     assert "results/summary/sweep.nc" not in result_files(cores2)  # paths are relative to results/
     assert {"v/sweep.nc", "v/thickness.nc", "summary/sweep.nc", "summary/thickness.nc",
-            "v/thickness/chunks/0.npz", "v/thickness/chunks/1.npz"} <= set(result_files(cores2))
+            "v/thickness/chunks/0_0_0.npz", "v/thickness/chunks/1_0_0.npz"} <= set(result_files(cores2))
     assert_same_results(cores1, cores2)
 
 
@@ -151,7 +151,7 @@ def test_sweep_out_of_memory_halves_the_limit(root, reference):
     # The untiled sweep of this volume plans 188,160 bytes, its 1-voxel tile 64,800:
     # out of memory above 150,000 bytes makes the first retry (at half) tile space.
     threshold = 150_000
-    run(work, "--cores", "1", fault=f"sweep_block:oom:{threshold}")
+    run(work, "--cores", "1", fault=f"sweep:oom:{threshold}")
     log = (work / "logs" / "v" / "sweep" / "0.log").read_text()
     assert "retrying with memory_limit=94080 bytes" in log
     assert int(re.search(r"x (\d+) block\(s\)", log).group(1)) > 1
@@ -170,9 +170,10 @@ def test_aggregation_names_missing_and_unwritten_chunks(root, reference, tmp_pat
     work = tmp_path / "copy"
     shutil.copytree(reference[0] / "results", work / "results")
     v = work / "results" / "v"
-    chunks = [v / "thickness" / "chunks" / f"{i}.npz" for i in range(2)]
+    chunks = [v / "thickness" / "chunks" / f"{i}_0_0.npz" for i in range(2)]
     kwargs = dict(rmax_json=v / "thickness" / "rmax.json", volume_zarr=v / "volume.zarr",
-                  out_nc=work / "out.nc", bins=8, provenance={})
+                  thickness_zarr=v / "thickness.zarr", out_nc=work / "out.nc", bins=8,
+                  provenance={})
     aggregate_thickness(chunks, **kwargs)  # complete: merges
     chunks[1].rename(work / "aside.npz")
     with pytest.raises(IncompleteError, match=rf"1 of 2 thickness chunk\(s\) missing, rerun them: {chunks[1]}$"):
@@ -181,7 +182,7 @@ def test_aggregation_names_missing_and_unwritten_chunks(root, reference, tmp_pat
     # A chunk whose marker is there but whose core was never written (NaN, the fill value).
     store = zarr.open_group(str(v / "thickness.zarr"), mode="r+")["0"]
     store[8, 3, 2] = np.nan
-    with pytest.raises(IncompleteError, match=r"unwritten \(NaN\) voxels in the core of .*1\.npz"):
+    with pytest.raises(IncompleteError, match=r"unwritten \(NaN\) voxels in the core of .*1_0_0\.npz"):
         aggregate_thickness(chunks, **kwargs)
     shard = v / "thickness.zarr" / "0" / "c" / "1" / "0" / "0"
     shard.unlink()

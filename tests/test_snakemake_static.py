@@ -1,5 +1,6 @@
 """Snakemake without running jobs: lint, dry runs of every test config, bad configs."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,26 @@ def test_lint_is_clean():
 def test_demo_dry_run():
     out = snakemake("-n", "--cores", "2")
     assert out.returncode == 0, out.stderr
-    assert "sweep_block" in out.stdout and "thickness_chunk" in out.stdout
+    # The demo fits one sweep job and one thickness job: no blocks, no chunks to merge.
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, flags=re.M))
+    assert jobs["sweep"] == "1" and jobs["thickness"] == "1", out.stdout
+    assert not {"sweep_block", "thickness_chunk", "aggregate_sweep", "orientation_map"} & set(jobs)
+
+
+def test_a_long_sweep_is_split_into_theta_blocks(tmp_path):
+    """A grid whose estimate exceeds sweep.job_minutes becomes several near-equal blocks."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["sweep"]["job_minutes"] = 0.05
+    cfg["device"] = "cpu"
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(cfg))
+    out = snakemake("-n", "--cores", "2", "--configfile", str(tmp_path / "long.yaml"),
+                    "--directory", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, flags=re.M))
+    assert int(jobs["sweep_block"]) > 1 and jobs["aggregate_sweep"] == "1"
+    assert jobs["orientation_map"] == "1" and "sweep" not in jobs
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])

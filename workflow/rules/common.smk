@@ -5,14 +5,9 @@ from volsweep.config import angle_values, volume_entries
 from volsweep.devices import gpu_planned
 from volsweep.io.complete import unreadable_intermediates
 from volsweep.io.readers import source_shape
-from volsweep.jobs import (
-    THICKNESS_BYTES_PER_VOXEL,
-    host_memory_bytes,
-    sweep_estimate,
-    theta_blocks,
-    thickness_chunk_shape,
-)
+from volsweep import jobs
 from volsweep.provenance import provenance
+from volsweep.thickness import thickness_memory_bytes
 from volsweep.tiling import plan_tiles
 
 CONFIGFILE = ", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"]))
@@ -41,24 +36,13 @@ def store(path):
     return f"{path}/zarr.json"
 
 
-def sweep_plan(vol):
-    """Theta-index blocks of one volume's sweep jobs, from the engine's cost model."""
-    est = sweep_estimate(SHAPES[vol], THETA, PHI, SWEEP["xi"], a=SWEEP["a"],
-                         spacing=VOLUMES[vol]["spacing"], truncate=SWEEP["truncate"],
-                         device="cuda" if USES_GPU else "cpu", threads=SWEEP_THREADS)
-    return theta_blocks(len(THETA), est["seconds"], job_minutes=SWEEP["job_minutes"],
-                        min_jobs=SWEEP["min_jobs"], block_size=SWEEP["block_size"])
+def sweep_blocks(vol):
+    return jobs.sweep_plan(SHAPES[vol], VOLUMES[vol]["spacing"], config, gpu=bool(USES_GPU),
+                           threads=SWEEP_THREADS)
 
 
-def thickness_plan(vol):
-    """None: the whole volume in one job; else the chunk (core) shape of the chunk jobs."""
-    if THICKNESS["chunk"] != "auto":
-        return tuple(THICKNESS["chunk"])
-    budget = (THICKNESS["memory_mb"] * MB if THICKNESS["memory_mb"] else host_memory_bytes() / 2)
-    # A chunk reads its core plus a halo of up to half a core on each side: 8 x the core.
-    return thickness_chunk_shape(SHAPES[vol], budget_bytes=budget,
-                                 aligned_to=config["storage"]["shards"],
-                                 bytes_per_voxel=8 * THICKNESS_BYTES_PER_VOXEL)
+def thickness_chunk(vol):
+    return jobs.thickness_plan(SHAPES[vol], config)
 
 
 # A truncated or corrupt intermediate (a killed copy, a full disk) is removed here, so
@@ -68,8 +52,8 @@ for path in unreadable_intermediates(f"results/{vol}" for vol in VOLUMES):
     path.unlink()
 
 
-SWEEP_BLOCKS = {vol: sweep_plan(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}
-THICKNESS_CHUNK = {vol: thickness_plan(vol) for vol in VOLUMES} if THICKNESS["enabled"] else {}
+SWEEP_BLOCKS = {vol: sweep_blocks(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}
+THICKNESS_CHUNK = {vol: thickness_chunk(vol) for vol in VOLUMES} if THICKNESS["enabled"] else {}
 
 
 def names_regex(names):
@@ -139,7 +123,7 @@ def sweep_mem_mb(wildcards, attempt):
 
 
 def thickness_mem_mb(wildcards, attempt):
-    return attempt * int(THICKNESS_BYTES_PER_VOXEL * volume_nbytes(wildcards.vol) / 4 / MB + 512)
+    return attempt * int(thickness_memory_bytes(SHAPES[wildcards.vol]) / MB + 512)
 
 
 def figures(vol):

@@ -147,15 +147,19 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
         est.sweep_jobs = _sweep_jobs(len(theta), est, config)
     th = config["thickness"]
     if th["enabled"]:
-        per_voxel = _thickness_bytes_per_voxel()
-        chunk = th.get("chunk", "auto")
-        if chunk == "auto":
-            chunk = _auto_chunk(shape, th, config, per_voxel)
+        from volsweep.jobs import thickness_plan
+        from volsweep.thickness import thickness_memory_bytes
+
+        try:
+            chunk = thickness_plan(shape, config)
+        except MemoryError:
+            chunk = tuple(config["storage"]["shards"])
         if chunk is None:
-            est.thickness_jobs, est.thickness_memory = 1, per_voxel * voxels
+            est.thickness_jobs, est.thickness_memory = 1, thickness_memory_bytes(shape)
         else:
             est.thickness_jobs = math.prod(-(-n // c) for n, c in zip(shape, chunk))
-            est.thickness_memory = 8 * per_voxel * min(voxels, math.prod(chunk))
+            block = [min(n, 2 * c) for n, c in zip(shape, chunk)]
+            est.thickness_memory = thickness_memory_bytes(block)
     return est
 
 
@@ -168,43 +172,16 @@ def _bytes_per_voxel(orientation_map: bool) -> int:
     return base + (extra if orientation_map else 0)
 
 
-def _thickness_bytes_per_voxel() -> int:
-    try:
-        from volsweep.jobs import THICKNESS_BYTES_PER_VOXEL
-    except ImportError:
-        return 32
-    return THICKNESS_BYTES_PER_VOXEL
-
-
-def _auto_chunk(shape, th, config, per_voxel):
-    """The workflow's own plan for ``thickness.chunk: auto`` (None: one job for the volume)."""
-    try:
-        from volsweep.jobs import host_memory_bytes, thickness_chunk_shape
-    except ImportError:
-        return None
-    budget = th["memory_mb"] * MB if th.get("memory_mb") else host_memory_bytes() / 2
-    try:
-        return thickness_chunk_shape(shape, budget_bytes=budget, aligned_to=config["storage"]["shards"],
-                                     bytes_per_voxel=8 * per_voxel)
-    except MemoryError:
-        return tuple(config["storage"]["shards"])
-
-
 def _sweep_jobs(n_theta: int, est: VolumeEstimate, config: dict) -> int:
     """Sweep jobs of one volume, as the workflow plans them (``block_size`` or ``job_minutes``)."""
+    from volsweep.jobs import SECONDS_PER_KERNEL_VOXEL, theta_blocks
+
     sweep = config["sweep"]
-    size = sweep.get("block_size")
-    if size:
-        return -(-n_theta // size)
-    try:
-        from volsweep.jobs import SECONDS_PER_KERNEL_VOXEL, theta_blocks
-    except ImportError:
-        return 1
     seconds = est.voxel_kernels * SECONDS_PER_KERNEL_VOXEL["cpu"]
     if not math.isfinite(seconds):
         return n_theta
     return len(theta_blocks(n_theta, seconds, job_minutes=sweep.get("job_minutes", 30),
-                            min_jobs=sweep.get("min_jobs", 1)))
+                            min_jobs=sweep.get("min_jobs", 1), block_size=sweep.get("block_size")))
 
 
 def check_estimates(estimates, config: dict, configfile: str) -> list[str]:

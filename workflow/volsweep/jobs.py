@@ -26,9 +26,8 @@ SECONDS_PER_KERNEL_VOXEL = {"cuda": 1.15 * 3.05e-3 / (800 * 800 * 200),
 CPU_REFERENCE_THREADS = 2
 #: Bytes per voxel of the engine's padded working set (spectrum, response, scratch).
 SWEEP_BYTES_PER_VOXEL = 16
-#: Bytes per voxel of a whole-volume local thickness (volume, phase, squared
-#: distances, ranks, result): the host budget a thickness job plans with.
-THICKNESS_BYTES_PER_VOXEL = 24
+#: Share of this machine's memory a thickness job plans with by default.
+HOST_MEMORY_SHARE = 0.75
 
 
 def unique_kernel_count(theta, phi, xi) -> int:
@@ -111,30 +110,38 @@ def theta_blocks(n_theta: int, seconds: float, *, job_minutes: float, min_jobs: 
     return [block for block in np.array_split(np.arange(n_theta), jobs)]
 
 
-def thickness_chunk_shape(shape, *, budget_bytes: float, aligned_to,
-                          bytes_per_voxel: float = THICKNESS_BYTES_PER_VOXEL,
-                          halo: int = 0) -> tuple[int, ...] | None:
-    """``None`` when the whole volume fits ``budget_bytes``, else a chunk (core) shape.
+def thickness_chunk_shape(shape, *, budget_bytes: float, aligned_to, memory_bytes,
+                          halo_fraction: float = 0.5) -> tuple[int, ...] | None:
+    """``None`` when one call on the whole volume fits ``budget_bytes``, else a chunk (core) shape.
 
-    The chunk's core plus ``halo`` on each side must fit the budget; cores are
-    multiples of ``aligned_to`` (the store's shards) so chunk jobs write
+    ``memory_bytes(block_shape)`` is the call's peak memory model
+    (:func:`volsweep.thickness.thickness_memory_bytes`).  A chunk's block is its
+    core plus a halo of up to ``halo_fraction`` of the core on each side; cores
+    are multiples of ``aligned_to`` (the store's shards), so chunk jobs write
     disjoint shards.
 
     Examples
     --------
-    >>> thickness_chunk_shape((64, 64, 64), budget_bytes=2**30, aligned_to=(32, 32, 32)) is None
+    >>> per_voxel = lambda block: 24 * math.prod(block)
+    >>> thickness_chunk_shape((64, 64, 64), budget_bytes=2**30, aligned_to=(32, 32, 32),
+    ...                       memory_bytes=per_voxel) is None
     True
-    >>> thickness_chunk_shape((256, 256, 256), budget_bytes=64 * 2**20, aligned_to=(32, 32, 32))
-    (128, 128, 64)
+    >>> thickness_chunk_shape((256, 256, 256), budget_bytes=2**28, aligned_to=(32, 32, 32),
+    ...                       memory_bytes=per_voxel)
+    (64, 128, 128)
     """
-    if math.prod(shape) * bytes_per_voxel <= budget_bytes:
+    if memory_bytes(tuple(shape)) <= budget_bytes:
         return None
     core = [math.ceil(n / u) * u for n, u in zip(shape, aligned_to)]
-    while math.prod(c + 2 * halo for c in core) * bytes_per_voxel > budget_bytes:
+
+    def block(c):
+        return tuple(min(n, math.ceil(x * (1 + 2 * halo_fraction))) for x, n in zip(c, shape))
+
+    while memory_bytes(block(core)) > budget_bytes:
         axis = int(np.argmax(core))
         if core[axis] <= aligned_to[axis]:
-            raise MemoryError(f"thickness: a chunk of {tuple(aligned_to)} voxels with a halo of "
-                              f"{halo} needs more than the budget of {budget_bytes / 2**20:.0f} MiB")
+            raise MemoryError(f"thickness: a chunk of {tuple(aligned_to)} voxels with its halo "
+                              f"needs more than the budget of {budget_bytes / 2**20:.0f} MiB")
         core[axis] = max(aligned_to[axis], math.ceil(core[axis] / 2 / aligned_to[axis]) * aligned_to[axis])
     return tuple(core)
 
@@ -144,3 +151,58 @@ def host_memory_bytes() -> int:
     import os
 
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def scale_for_estimate(a) -> float:
+    """The largest wavelet scale of ``sweep.a`` (a number or a list; 1 for ``auto``)."""
+    if isinstance(a, str):
+        return 1.0
+    return float(np.max(np.atleast_1d(np.asarray(a, dtype=np.float64))))
+
+
+def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_REFERENCE_THREADS):
+    """Theta-index blocks of one volume's sweep jobs, planned from the config.
+
+    Examples
+    --------
+    >>> cfg = {"sweep": {"theta": {"num": 8}, "phi": {"num": 8}, "xi": [1.0, 2.0], "a": 2.0,
+    ...        "truncate": None, "job_minutes": 30, "min_jobs": 1, "block_size": None}}
+    >>> len(sweep_plan((64, 56, 48), (1, 1, 1), cfg, gpu=False))
+    1
+    """
+    from volsweep.config import angle_values
+
+    sw = config["sweep"]
+    theta, phi = angle_values(sw["theta"]), angle_values(sw["phi"])
+    a = np.atleast_1d(np.asarray(scale_for_estimate(sw["a"]) if isinstance(sw["a"], str) else sw["a"],
+                                 dtype=np.float64))
+    seconds = sum(sweep_estimate(shape, theta, phi, sw["xi"], a=float(s), spacing=spacing,
+                                 truncate=sw["truncate"], device="cuda" if gpu else "cpu",
+                                 threads=threads)["seconds"] for s in a)
+    return theta_blocks(len(theta), seconds, job_minutes=sw["job_minutes"], min_jobs=sw["min_jobs"],
+                        block_size=sw["block_size"])
+
+
+def thickness_plan(shape, config: dict):
+    """None: one thickness job for the whole volume; else the chunk jobs' core shape.
+
+    Uses ``thickness.chunk`` when it is a shape; for ``auto``, the budget
+    ``thickness.memory_mb`` (default :data:`HOST_MEMORY_SHARE` of this
+    machine's memory) against the call's memory model.
+
+    Examples
+    --------
+    >>> cfg = {"thickness": {"chunk": "auto", "memory_mb": 1024},
+    ...        "storage": {"shards": [32, 32, 32]}}
+    >>> thickness_plan((64, 56, 48), cfg) is None
+    True
+    """
+    from volsweep.thickness import thickness_memory_bytes
+
+    th = config["thickness"]
+    if th["chunk"] != "auto":
+        return tuple(th["chunk"])
+    budget = th["memory_mb"] * 2**20 if th.get("memory_mb") else HOST_MEMORY_SHARE * host_memory_bytes()
+    return thickness_chunk_shape(tuple(shape), budget_bytes=budget,
+                                 aligned_to=config["storage"]["shards"],
+                                 memory_bytes=thickness_memory_bytes)
