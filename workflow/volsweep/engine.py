@@ -223,13 +223,16 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
             math.prod(fast_shape((1,) * len(shape), halo)) * bpv)
 
 
-#: Seconds per unique kernel and padded voxel·log2(padded voxels) of one inverse FFT with
-#: its spectrum and statistics (``irfft``), per device; and per padded voxel of the
-#: Parseval path.  Measured with benchmarks/bench_sweep.py ``--cost`` (NOTES_sweep.md):
-#: the CPU figure on the 2-core development machine, the GPU one on an NVIDIA H200.
+#: Per device: seconds per unique kernel and padded voxel·log2(padded voxels) of one
+#: inverse FFT with its spectrum and statistics (``irfft``, the slope over 3 sizes) and the
+#: per-kernel intercept (``per_kernel``); per padded voxel of the Parseval path; per core
+#: voxel and Gaussian tap of the local-energy map.  Measured with
+#: ``benchmarks/bench_sweep.py --cost`` (NOTES_sweep.md): CPU on the 2-core development
+#: machine (64³–128³, shared, ±50%), GPU on an NVIDIA H200 (128³–256³; its Parseval
+#: and local-energy times were launch-bound at these sizes and are rough).
 COST_CONSTANTS = {
     "cpu": {"irfft": 3.9e-10, "parseval": 3.2e-9, "local_energy": 2.0e-9, "per_kernel": 9.4e-3},
-    "cuda": {"irfft": 4.0e-12, "parseval": 1.5e-12, "local_energy": 4.0e-12, "per_kernel": 3e-5},
+    "cuda": {"irfft": 6.3e-13, "parseval": 9.8e-12, "local_energy": 1.2e-13, "per_kernel": 9.1e-5},
 }
 
 
