@@ -22,6 +22,24 @@ rule plot_sweep:
         "../scripts/plot_sweep.py"
 
 
+rule plot_orientation_distribution:
+    input:
+        "results/{vol}/sweep.nc",
+    output:
+        report(
+            "results/{vol}/plots/orientation_distribution.png",
+            caption="../report/orientation_distribution.rst",
+            category="Sweep",
+            subcategory="{vol}",
+        ),
+    log:
+        "logs/{vol}/plot_orientation_distribution.log",
+    conda:
+        ENV
+    script:
+        "../scripts/plot_orientation_distribution.py"
+
+
 rule plot_orientation:
     input:
         volume=store("results/{vol}/volume.zarr"),
