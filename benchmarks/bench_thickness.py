@@ -194,7 +194,7 @@ import sys, time, statistics, json
 import numpy as np
 sys.path.insert(0, sys.argv[1] + "/workflow"); sys.path.insert(0, sys.argv[1] + "/benchmarks")
 from bench_thickness import blobs
-from volsweep import _thickness_cpu as C
+from volsweep.thickness import _cpu as C
 phase = blobs((int(sys.argv[2]),) * 3)
 res = {}
 for method in ("numba", "edt"):

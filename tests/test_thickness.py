@@ -16,8 +16,8 @@ from thickness_oracle import (oracle_d2_int, oracle_local_thickness,  # noqa: E4
 
 import volsweep  # noqa: E402
 from volsweep import thickness as T  # noqa: E402
-from volsweep import _thickness_cpu as CPU  # noqa: E402
-from volsweep import _thickness_tables as TAB  # noqa: E402
+from volsweep.thickness import _cpu as CPU  # noqa: E402
+from volsweep.thickness import _tables as TAB  # noqa: E402
 from volsweep.tiling import plan_tiles  # noqa: E402
 
 

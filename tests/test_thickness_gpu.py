@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from thickness_oracle import oracle_d2_int, oracle_local_thickness  # noqa: E402
 
 from volsweep import thickness as T  # noqa: E402
-from volsweep import _thickness_tables as TAB  # noqa: E402
-from volsweep._thickness_gpu import CUDA_SOURCE  # noqa: E402
+from volsweep.thickness import _tables as TAB  # noqa: E402
+from volsweep.thickness._gpu import CUDA_SOURCE  # noqa: E402
 from volsweep.tiling import plan_tiles  # noqa: E402
 
 
@@ -167,8 +167,8 @@ def test_cuda_source_emulated_core_mode(emulated, spacing):
 
 
 def test_gpu_module_needs_no_cpu_module():
-    src = (Path(T.__file__).parent / "_thickness_gpu.py").read_text()
-    assert "_thickness_cpu" not in src.split('"""', 2)[2] and "numba" not in src.split('"""', 2)[2]
+    src = (Path(T.__file__).parent / "_gpu.py").read_text()
+    assert "_cpu" not in src.split('"""', 2)[2] and "numba" not in src.split('"""', 2)[2]
 
 
 # ----------------------------------------------------------------------------- real GPU
@@ -209,7 +209,7 @@ def test_gpu_painting_every_phase_voxel_equals_pruned():
     # No pruning (every phase voxel a centre) gives the same map as the pruned centres.
     import cupy as cp
 
-    from volsweep import _thickness_gpu as G
+    from volsweep.thickness import _gpu as G
 
     phase = cp.asarray(blobs((48, 40, 33), sigma=3.0, seed=8))
     for spacing in [(1, 1, 1), (0.7, 1.1, 1.3)]:

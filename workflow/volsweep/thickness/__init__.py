@@ -12,7 +12,7 @@ PoreSpy's ``local_thickness`` returns a *radius* (and quantises it); to compare,
 halve ours.
 
 Ties.  The spacing is written ``scale * (w0, w1, w2)`` with integer weights
-(``_thickness_tables.lattice``: ratios snapped to a common denominator of at most
+(``_tables.lattice``: ratios snapped to a common denominator of at most
 4096, within 1e-9 relative when one exists), and every squared length is the
 integer ``(di*w0)**2 + (dj*w1)**2 + (dk*w2)**2``, held exactly in float64.  The
 strict ``<`` is therefore decided exactly: equal lengths compare equal, at every
@@ -40,9 +40,9 @@ import numbers
 
 import numpy as np
 
-from . import _thickness_tables as tables
-from .backend import get_array_module, is_cupy_array, resolve_device, to_device, to_numpy
-from .validation import check_spacing as _check_spacing
+from . import _tables as tables
+from volsweep.backend import get_array_module, is_cupy_array, resolve_device, to_device, to_numpy
+from volsweep.validation import check_spacing as _check_spacing
 
 __all__ = [
     "local_thickness",
@@ -89,9 +89,9 @@ def _lattice(spacing, shape):
 
 def _backend(device: str):
     if device == "cuda":
-        from . import _thickness_gpu as impl
+        from . import _gpu as impl
     else:
-        from . import _thickness_cpu as impl
+        from . import _cpu as impl
     return impl
 
 

@@ -1,6 +1,6 @@
 """CPU kernels of exact local thickness: squared EDT, centre pruning, ball painting.
 
-Every length is measured on the integer lattice of ``_thickness_tables.lattice``
+Every length is measured on the integer lattice of ``_tables.lattice``
 (the spacing divided by its common scale): the squared length of an offset
 ``(di, dj, dk)`` is the integer ``((di*w0)**2 + (dj*w1)**2) + (dk*w2)**2``, exact
 in float64.  The distance transform, the pruning and the painting all compare
@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from ._thickness_tables import (INT_TABLE_MAX, diameter_lut, disc_need_table, half_table,
+from ._tables import (INT_TABLE_MAX, diameter_lut, disc_need_table, half_table,
                                 level_lut, prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
@@ -40,7 +40,7 @@ def _kernels():
     """The module of numba kernels (compiled once, cached on disk)."""
     import numba
 
-    from volsweep import _thickness_numba
+    from volsweep.thickness import _numba as _thickness_numba
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return _thickness_numba
@@ -187,7 +187,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
 
 
 def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    """Float32 diameter from a rank map (``_thickness_tables.diameter_lut``), 0 where rank is 0."""
+    """Float32 diameter from a rank map (``_tables.diameter_lut``), 0 where rank is 0."""
     lut = diameter_lut(values, scale)
     return _kernels().finish_lut(ranks, lut, np.empty(ranks.shape, np.float32))
 

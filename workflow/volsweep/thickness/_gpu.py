@@ -1,7 +1,7 @@
 """GPU kernels of exact local thickness (CuPy RawKernels), cached across calls.
 
-The same steps as ``_thickness_cpu`` on the same integer lattice
-(``_thickness_tables.lattice``): squared lengths are integers held exactly in
+The same steps as ``_cpu`` on the same integer lattice
+(``_tables.lattice``): squared lengths are integers held exactly in
 float64, and ``__dmul_rn``/``__dadd_rn`` keep the compiler from fusing them into
 FMAs, so the GPU and the CPU give bit-identical results:
 
@@ -11,12 +11,12 @@ FMAs, so the GPU and the CPU give bit-identical results:
    Our own kernels rather than cupyx's ``distance_transform_edt``, which pads
    non-cubic inputs to a cube and returns rooted, not squared, distances.
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
-   (exact table test, ``_thickness_tables.prune_table``).
+   (exact table test, ``_tables.prune_table``).
 3. ``lt_paint_rows``: one warp per surviving centre, lanes over the rows of each
    plane slice of its ball; every row span becomes two ``atomicMax`` of the
    centre's rank among the distinct D2 values (uint32) into a sparse table of
    power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
-   diameters through ``_thickness_tables.diameter_lut``.
+   diameters through ``_tables.diameter_lut``.
 
 Module-level state (compiled module, pruning tables) lives for the process: no
 per-call compilation, and the tables only grow when a larger radius is seen.
@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ._thickness_tables import diameter_lut, prune_table
+from ._tables import diameter_lut, prune_table
 
 CUDA_SOURCE = r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -272,7 +272,7 @@ def _grid(n: int, per_block: int = _BLOCK) -> tuple[int]:
 
 
 class _Tables:
-    """Pruning tables (``_thickness_tables.prune_table``) on the device, per lattice."""
+    """Pruning tables (``_tables.prune_table``) on the device, per lattice."""
 
     def __init__(self):
         self._tables = {}
@@ -387,7 +387,7 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None):
 
 
 def finish(ranks, values, scale=1.0):
-    """Float32 diameter from a rank map (``_thickness_tables.diameter_lut``), 0 where rank is 0."""
+    """Float32 diameter from a rank map (``_tables.diameter_lut``), 0 where rank is 0."""
     import cupy as cp
 
     return diameter_lut(values, scale, xp=cp)[ranks]

@@ -1,6 +1,6 @@
 """numba kernels of exact local thickness, at module level so numba's disk cache finds them.
 
-Imported lazily by :mod:`volsweep._thickness_cpu` (the GPU path needs no numba).
+Imported lazily by :mod:`volsweep.thickness._cpu` (the GPU path needs no numba).
 Lengths are squared lattice lengths (integer weights, exact in float64).
 """
 
