@@ -78,6 +78,10 @@ def library_time(config, args) -> dict:
     device = resolve_device(cfg["device"])
     sync = _sync(device)
     out = defaultdict(float)
+    warm = volsweep.synthetic_volume((24, 20, 16), fibres=[{"theta": 0.3, "phi": 0.4, "radius": 2}])
+    volsweep.sweep(warm, theta[:1], phi[:1], sw["xi"], a=sw["a"], mode=sw["mode"], device=device,
+                   progress=False, orientation_map=True)  # compiled code loaded, not timed
+    volsweep.local_thickness(warm > 0.5, device=device)
     for entry in cfg["volumes"].values():
         spec = entry["synthetic"]
         t = time.perf_counter()
