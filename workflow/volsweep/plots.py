@@ -580,13 +580,14 @@ def thickness_histogram(ds, path=None, *, title="", unit=None, spacing=None):
            color="C0", edgecolor="black", linewidth=0.3)
     mean, median = float(ds["mean"]), float(ds["median"])
     if math.isfinite(mean):
-        ax.axvline(mean, color="C1", lw=1.5, label=f"mean {mean:.3g} {u}")
-        ax.axvline(median, color="C2", lw=1.5, ls="--", label=f"median {median:.3g} {u}")
+        ax.axvline(mean, color="C1", lw=1.5, zorder=3, label=f"mean {mean:.3g} {u}")
+        ax.axvline(median, color="C2", lw=1.5, ls="--", zorder=3, label=f"median {median:.3g} {u}")
         ax.legend(frameon=False)
     else:
         ax.text(0.5, 0.5, "the phase is empty: no thickness", ha="center", va="center",
                 transform=ax.transAxes)
-    ax.set_xlim(float(lower[0]), float(upper[-1]))
+    span = float(upper[-1] - lower[0])
+    ax.set_xlim(float(lower[0]), float(upper[-1]) + 0.05 * span)  # a last bin clear of the frame
     ax.set_xlabel(f"local thickness, diameter ({u})")
     ax.set_ylabel("fraction of the phase volume")
     if "volume_fraction" in ds:
