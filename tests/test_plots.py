@@ -310,3 +310,13 @@ def test_figure_step_reads_the_unit_of_the_volume(results, monkeypatch):
 def test_docstring_examples():
     result = doctest.testmod(plots, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 10 and result.failed == 0
+
+
+def test_panels_over_a_and_xi():
+    one = sweep_dataset(xi=(1.0, 2.0))
+    raw = xr.concat([one[["energy", "wavelet_energy"]]] * 2, dim=xr.DataArray([1.0, 2.0], dims="a", name="a"))
+    ds = with_products(raw)
+    titles = [ax.get_title() for ax in plots.energy_maps(ds).axes if ax.get_title()]
+    assert titles == ["a = 1, ξ = 1", "a = 1, ξ = 2", "a = 2, ξ = 1", "a = 2, ξ = 2"]
+    titles = [ax.get_title() for ax in plots.orientation_distribution(ds).axes if ax.get_title()]
+    assert titles == ["a = 1, ξ = 2", "a = 2, ξ = 2"]
