@@ -133,6 +133,7 @@ def figures(vol):
     out = []
     if SWEEP["enabled"]:
         out.append(f"results/{vol}/plots/energy_maps.png")
+        out.append(f"results/{vol}/plots/orientation_distribution.png")
     if ORIENTATION:
         out.append(f"results/{vol}/plots/orientation_slice.png")
     if THICKNESS["enabled"]:
