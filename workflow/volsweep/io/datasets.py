@@ -62,6 +62,24 @@ def _same(values) -> bool:
     return all(np.array_equal(np.asarray(v), np.asarray(values[0])) for v in values[1:])
 
 
+def with_provenance(ds: xr.Dataset, provenance=None) -> xr.Dataset:
+    """``ds`` with the ``provenance`` attrs added, one set of versions: a ``version_<pkg>``
+    entry is left out where the Dataset already has ``<pkg>_version`` (the sweep's own).
+
+    Examples
+    --------
+    >>> ds = with_provenance(xr.Dataset(attrs={"numpy_version": "2"}), {"version_numpy": "2", "x": 1})
+    >>> sorted(ds.attrs)
+    ['numpy_version', 'x']
+    """
+    ds = ds.copy()
+    for key, value in (provenance or {}).items():
+        if key.startswith("version_") and f"{key[len('version_'):]}_version" in ds.attrs:
+            continue
+        ds.attrs[key] = value
+    return ds
+
+
 def merge_sweep_blocks(paths, *, unit=None, provenance=None) -> xr.Dataset:
     """Concatenate sweep blocks along ``theta`` in the order given (the block order).
 
@@ -106,11 +124,8 @@ def merge_sweep_blocks(paths, *, unit=None, provenance=None) -> xr.Dataset:
         attrs["n_blocks_total"] = int(attrs["n_blocks"]) * len(blocks)
     if unit is not None:
         attrs["unit"] = str(unit)
-    for key, value in (provenance or {}).items():
-        if key.startswith("version_") and f"{key[len('version_'):]}_version" in attrs:
-            continue
-        attrs[key] = value
     merged.attrs = attrs
+    merged = with_provenance(merged, provenance)
     if not np.all(np.diff(merged["theta"].values) > 0):
         raise ValueError(f"sweep blocks are out of order or overlap: theta = {merged['theta'].values}")
     return annotate(merged)
