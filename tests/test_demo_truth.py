@@ -44,7 +44,13 @@ def test_dominant_orientations_are_the_fibres(demo):
 def test_thickness_histogram_peaks_at_fibre_and_pore_diameters(demo):
     cfg, entry, vol = demo
     th = cfg["thickness"]
-    lt = volsweep.local_thickness(vol > th["threshold"], spacing=entry["spacing"], device="cpu")
+    from volsweep.phase import resolve_threshold
+    from volsweep.thickness import select_phase
+
+    threshold = th["threshold"] if th["threshold"] is None else resolve_threshold(vol, th["threshold"])
+    phase = select_phase(vol, threshold=threshold, label=th.get("label"), invert=th.get("invert", False),
+                         name="demo")  # the config's threshold may be a rule (otsu, li, yen)
+    lt = volsweep.local_thickness(phase, spacing=entry["spacing"], device="cpu")
     ds = volsweep.thickness_distribution(lt, bins=th["bins"], spacing=entry["spacing"])
     fibre_d = {2 * f["radius"] for f in entry["synthetic"]["fibres"]}
     pore_d = {2 * p["radius"] for p in entry["synthetic"]["pores"]}
