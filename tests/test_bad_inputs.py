@@ -38,7 +38,7 @@ VOLUME_ERROR = "volsweep.io.readers.VolumeError: "
 BASE = {
     "volumes": {"v": {"path": "data/v.npy", "format": "npy"}},
     "device": "cpu",
-    "memory_budget_mb": BUDGET_MB,
+    "ingest_buffer_mb": BUDGET_MB,
     "storage": {"chunks": [4, 4, 4], "shards": [8, 8, 8]},
     "sweep": {"enabled": False, "theta": {"num": 2}, "phi": {"num": 1}, "xi": [1.0]},
     "thickness": {"enabled": False, "threshold": 0.5, "chunk": [8, 8, 8]},
@@ -506,8 +506,8 @@ def case_duplicate_yaml_key(work):
 @Case()
 def case_command_line_value(work):
     save_good(work)
-    return ("--config", "memory_budget_mb=-1"), \
-        "--config: memory_budget_mb = -1: -1 is less than or equal to the minimum of 0"
+    return ("--config", "ingest_buffer_mb=-1"), \
+        "--config: ingest_buffer_mb = -1: -1 is less than or equal to the minimum of 0"
 
 
 def run_case(name, root):

@@ -119,3 +119,16 @@ def test_volume_sheet(tmp_path):
     sheet.write_text("name\tpath\tformat\na\ta.npy\tnpy\na\ta.npy\tnpy\n")
     with pytest.raises(ConfigError, match="volumes.tsv:3: name = 'a' appears twice .first as 'a' on line 2"):
         volume_entries(cfg, base_dir=tmp_path)
+
+
+def test_deprecated_memory_keys_move_to_their_new_names(capsys):
+    from volsweep.config import validate_config
+
+    cfg = {"memory_budget_mb": 64, "sweep": {"memory_limit_mb": 900.0},
+           "thickness": {"threshold": 0.5}, "volumes": {"v": {"synthetic": {"shape": [4, 4, 4]}}}}
+    out = validate_config(cfg, "old.yaml", check_volumes=False)
+    assert out["ingest_buffer_mb"] == 64 and out["device_memory_mb"] == 900.0
+    assert "memory_limit_mb" not in out["sweep"] and "memory_budget_mb" not in out
+    err = capsys.readouterr().err
+    assert "memory_budget_mb is deprecated and will be removed; use ingest_buffer_mb" in err
+    assert "sweep.memory_limit_mb is deprecated and will be removed; use device_memory_mb" in err

@@ -1,8 +1,8 @@
 """Faults and reproducibility through the Snakemake CLI, on a tiny volume.
 
 A new user's run (sweep with orientation maps, local thickness in two chunks)
-is the reference.  Faults are injected by the test: ``VOLSWEEP_FAULT`` (read by
-:func:`volsweep.pipeline.inject_fault`) kills a job midway through writing, makes
+is the reference.  Faults are injected by the test: ``VOLSWEEP_FAULT``, read by
+``tests/faults/sitecustomize.py`` on the jobs' ``PYTHONPATH``, kills a job midway through writing, makes
 one fail once, hangs one while the test kills Snakemake itself, or simulates
 running out of memory in the sweep.  Every recovered run must give the same
 outputs as the reference: NetCDF, ``.npz`` and JSON files byte for byte, Zarr
@@ -24,7 +24,10 @@ import yaml
 import zarr
 
 from volsweep.io.datasets import open_netcdf
-from volsweep.pipeline import FAULT_ENV, IncompleteError, aggregate_thickness
+from volsweep.pipeline import IncompleteError, aggregate_thickness
+
+FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py, test-only
+FAULT_ENV = "VOLSWEEP_FAULT"
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = (9, 7, 5)  # two thickness chunks of 8^3
@@ -55,10 +58,17 @@ def snakemake_cmd(work, *args):
             str(work), "--configfile", str(work / "cfg.yaml"), *args]
 
 
-def run(work, *args, fault=None, check=True):
+def fault_env(fault=None):
+    """The environment of a run, with the test-only fault switch when ``fault`` is given."""
     env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
     if fault:
         env[FAULT_ENV] = fault
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAULTS), env.get("PYTHONPATH")]))
+    return env
+
+
+def run(work, *args, fault=None, check=True):
+    env = fault_env(fault)
     out = subprocess.run(snakemake_cmd(work, *args), capture_output=True, text=True,
                          timeout=TIMEOUT_S, env=env)
     if check:
@@ -126,7 +136,7 @@ def test_job_killed_midway_then_retried_once_reruns_identically(root, reference)
 
 def test_snakemake_killed_then_unlocked_reruns_identically(root, reference):
     work = new_project(root, "killed_snakemake")
-    env = {**os.environ, FAULT_ENV: "thickness_chunk:hang"}
+    env = fault_env("thickness_chunk:hang")
     proc = subprocess.Popen(snakemake_cmd(work, "--cores", "1"), env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     logs = work / "logs" / "v" / "thickness" / "chunks"

@@ -25,7 +25,7 @@ SHAPE = (9, 11, 7)
 BASE = {
     "volumes": {"v": {"path": "data/v.npy", "format": "npy"}},
     "device": "cpu",
-    "memory_budget_mb": 1,
+    "ingest_buffer_mb": 1,
     "storage": {"chunks": [4, 4, 4], "shards": [8, 8, 8]},
     "sweep": {"enabled": False, "theta": {"num": 2}, "phi": {"num": 1}, "xi": [1.0]},
     "thickness": {"enabled": False, "threshold": 0.5, "chunk": [8, 8, 8]},
@@ -478,12 +478,12 @@ def test_duplicate_yaml_keys_and_command_line_values_are_blamed_right(tmp_path):
     import yaml
 
     c = yaml.safe_load(path.read_text())
-    c["memory_budget_mb"] = -1  # as --config memory_budget_mb=-1 would
+    c["ingest_buffer_mb"] = -1  # as --config ingest_buffer_mb=-1 would
     with pytest.raises(ConfigError) as err:
         validate_config(c, str(path), base_dir=tmp_path)
     assert err.value.lines == [
         f"{path}:6: key device appears twice (first on line 2); the second value would silently win",
-        "--config: memory_budget_mb = -1: -1 is less than or equal to the minimum of 0"]
+        "--config: ingest_buffer_mb = -1: -1 is less than or equal to the minimum of 0"]
 
 
 def test_bom_in_sheet_is_read(tmp_path):

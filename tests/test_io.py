@@ -55,7 +55,7 @@ def test_ingest_roundtrip_attrs_and_checksum(tmp_path, vol):
     entry = write_all_formats(tmp_path, vol)["npy"]
     entry["spacing"] = [0.5, 1.0, 2.0]
     out = tmp_path / "out" / "volume.zarr"
-    ingest_volume(entry, "v", out, chunks=[4, 4, 4], shards=[8, 8, 8], memory_budget_mb=1)
+    ingest_volume(entry, "v", out, chunks=[4, 4, 4], shards=[8, 8, 8], buffer_mb=1)
     arr = zarr.open_group(str(out))["0"]
     np.testing.assert_array_equal(arr[...], vol)
     assert arr.dtype == np.float32 and arr.metadata.zarr_format == 3

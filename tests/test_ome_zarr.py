@@ -25,7 +25,7 @@ def test_volume_thickness_and_orientation_stores(tmp_path):
     entry = {"path": str(tmp_path / "v.npy"), "format": "npy", "spacing": [0.5, 0.5, 2.0],
              "unit": "micrometer"}
     ingest_volume(entry, "v", tmp_path / "volume.zarr", chunks=[4, 4, 4], shards=[8, 8, 8],
-                  memory_budget_mb=1)
+                  buffer_mb=1)
     meta, data = read_ome(tmp_path / "volume.zarr")
     np.testing.assert_array_equal(data, vol)
     assert [a["name"] for a in meta["axes"]] == ["x", "y", "z"]

@@ -10,14 +10,14 @@ rule ingest:
         entry=lambda wildcards: VOLUMES[wildcards.vol],
         chunks=config["storage"]["chunks"],
         shards=config["storage"]["shards"],
-        memory_budget_mb=config["memory_budget_mb"],
+        buffer_mb=config["ingest_buffer_mb"],
         phase=PHASE_RULE,
     log:
         "logs/{vol}/ingest.log",
     benchmark:
         "logs/{vol}/ingest.benchmark.tsv"
     resources:
-        mem_mb=lambda wildcards, attempt: attempt * int(2 * config["memory_budget_mb"] + 256),
+        mem_mb=lambda wildcards, attempt: attempt * int(2 * config["ingest_buffer_mb"] + 256),
     conda:
         ENV
     script:

@@ -17,6 +17,7 @@ rule sweep:
         phi=PHI.tolist(),
         sweep=SWEEP,
         device=config["device"],
+        device_memory_mb=config["device_memory_mb"],
         provenance=PROVENANCE,
     log:
         "logs/{vol}/sweep.log",
@@ -51,6 +52,7 @@ rule sweep_block:
         phi=PHI.tolist(),
         sweep=SWEEP,
         device=config["device"],
+        device_memory_mb=config["device_memory_mb"],
         provenance=PROVENANCE,
     log:
         "logs/{vol}/sweep/{block}.log",

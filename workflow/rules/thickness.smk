@@ -1,5 +1,5 @@
 # Local thickness: by default one job per volume (the whole volume in one call). A
-# volume beyond thickness.memory_mb (or with an explicit thickness.chunk) takes a
+# volume beyond host_memory_mb (or with an explicit thickness.chunk) takes a
 # distance pass for R_max, an empty shard-aligned store, then one job per chunk
 # (core + halo in, core out) that writes only its own shards.
 

@@ -5,4 +5,4 @@ from volsweep.runner import run_script
 p = snakemake.params
 run_script(pipeline.ingest_volume, snakemake, entry=p.entry, name=snakemake.wildcards.vol,
            out=snakemake.output[0], chunks=p.chunks, shards=p.shards,
-           memory_budget_mb=p.memory_budget_mb, phase=p.phase)
+           buffer_mb=p.buffer_mb, phase=p.phase)

@@ -445,7 +445,7 @@ _CACHE = {}
 
 def _fingerprint(config, base) -> str:
     return json.dumps([config.get("volumes"), config.get("volume_sheet"), config.get("allow_outside_paths"),
-                       config.get("memory_budget_mb"), str(base)], sort_keys=True, default=str)
+                       config.get("ingest_buffer_mb"), str(base)], sort_keys=True, default=str)
 
 
 def _volume_entries(config: dict, base: Path, blame) -> tuple[dict, list[str]]:
@@ -486,7 +486,7 @@ def _volume_entries(config: dict, base: Path, blame) -> tuple[dict, list[str]]:
         if other != name:
             errors.append(f"{sources[name]}: volumes.{name} and volumes.{other} differ only in case "
                           "(their results folders would collide on a case-insensitive file system)")
-    budget = config.get("memory_budget_mb")
+    budget = config.get("ingest_buffer_mb")
     budget = DEFAULT_MEMORY_BUDGET if budget is None else budget * MB
     allow_outside = bool(config.get("allow_outside_paths"))
     out = {}
@@ -559,7 +559,7 @@ def volume_entries(config: dict, base_dir=".", configfile=None) -> dict:
     an error unless it is absolute and ``allow_outside_paths`` is true, and so
     is an input inside ``results/``, ``logs/`` or ``.snakemake/``.  Every file's
     header is checked (:func:`volsweep.io.readers.open_volume`, within
-    ``memory_budget_mb``), so a damaged input stops the run before any job.
+    ``ingest_buffer_mb``), so a damaged input stops the run before any job.
     Each entry gets its resolved ``axes`` (the file's axis order), ``spacing``
     (x, y, z), ``unit`` and ``spacing_from``.
 
@@ -654,6 +654,32 @@ def _say(lines) -> None:
         print(f"volsweep: {line}", file=sys.stderr)
 
 
+#: Old config keys (dotted) and their new names, kept for one release.
+DEPRECATED_KEYS = {"memory_budget_mb": "ingest_buffer_mb", "sweep.memory_limit_mb": "device_memory_mb"}
+
+
+def rename_deprecated(config: dict) -> list[tuple[str, str]]:
+    """Move deprecated keys to their new names in place; the (old, new) pairs moved.
+
+    Examples
+    --------
+    >>> cfg = {"memory_budget_mb": 64, "sweep": {"memory_limit_mb": None}}
+    >>> rename_deprecated(cfg), cfg
+    ([('memory_budget_mb', 'ingest_buffer_mb'), ('sweep.memory_limit_mb', 'device_memory_mb')], {'sweep': {}, 'ingest_buffer_mb': 64, 'device_memory_mb': None})
+    """
+    moved = []
+    for old, new in DEPRECATED_KEYS.items():
+        *parents, leaf = old.split(".")
+        section = config
+        for key in parents:
+            section = section.get(key) if isinstance(section, dict) else None
+        if isinstance(section, dict) and leaf in section:
+            value = section.pop(leaf)
+            config.setdefault(new, value)
+            moved.append((old, new))
+    return moved
+
+
 def validate_config(config: dict, configfile=None, schema_path=SCHEMA_PATH, *, base_dir=".",
                     check_volumes=True, estimate=True, announce=True) -> dict:
     """Validate ``config`` in place, filling defaults; raise every mistake at once.
@@ -692,7 +718,9 @@ def validate_config(config: dict, configfile=None, schema_path=SCHEMA_PATH, *, b
     >>> cfg["sweep"]["mode"]
     'reflect'
     >>> try:
-    ...     validate_config({"sweep": {"a": float("nan"), "xi": [1, 1]}}, "my.yaml", check_volumes=False)
+    ...     validate_config({"sweep": {"a": float("nan"), "xi": [1, 1]}, "thickness": {"threshold": 0.5},
+    ...                      "volumes": {"v": {"synthetic": {"shape": [4, 4, 4]}}}}, "my.yaml",
+    ...                     check_volumes=False)
     ... except ConfigError as err:
     ...     print(err)
     my.yaml: sweep.a = nan: not a finite number
@@ -700,6 +728,10 @@ def validate_config(config: dict, configfile=None, schema_path=SCHEMA_PATH, *, b
     """
     blame = _Sources(configfile)
     lines = list(blame.errors)
+    for old, new in rename_deprecated(config):
+        if announce:
+            print(f"volsweep: {blame(old.split('.'))}: {old} is deprecated and will be removed; "
+                  f"use {new}", file=sys.stderr)
     lines += _schema_errors(config, blame, schema_path)
     lines += _semantic_errors(config, blame)  # each check skips what the schema found broken
     if check_volumes:

@@ -219,11 +219,11 @@ def check_estimates(estimates, config: dict, configfile: str) -> list[str]:
                               f"support (halo {list(e.halo)} voxels) needs {_size(e.sweep_min_memory)} even "
                               f"for a 1-voxel tile, more than limits.max_job_memory_mb = "
                               f"{limits['max_job_memory_mb']:g}")
-            elif (e.sweep_memory > budget and sweep.get("memory_limit_mb") is None
+            elif (e.sweep_memory > budget and config.get("device_memory_mb") is None
                   and config.get("device") == "cpu"):
                 errors.append(f"{where}: a sweep job needs {_size(e.sweep_memory)} untiled, more than "
                               f"limits.max_job_memory_mb = {limits['max_job_memory_mb']:g}; set "
-                              "sweep.memory_limit_mb to tile space")
+                              "device_memory_mb to tile space")
             elif e.voxel_kernels > limits["max_voxel_kernels"]:
                 errors.append(f"{where}: {e.kernels} kernels over an FFT of {e.fft_voxels} voxels = "
                               f"{e.voxel_kernels:.3g} voxel-kernels, more than limits.max_voxel_kernels = "

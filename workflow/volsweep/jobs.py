@@ -187,12 +187,12 @@ def thickness_plan(shape, config: dict):
     """None: one thickness job for the whole volume; else the chunk jobs' core shape.
 
     Uses ``thickness.chunk`` when it is a shape; for ``auto``, the budget
-    ``thickness.memory_mb`` (default :data:`HOST_MEMORY_SHARE` of this
+    ``host_memory_mb`` (default :data:`HOST_MEMORY_SHARE` of this
     machine's memory) against the call's memory model.
 
     Examples
     --------
-    >>> cfg = {"thickness": {"chunk": "auto", "memory_mb": 1024},
+    >>> cfg = {"thickness": {"chunk": "auto"}, "host_memory_mb": 1024,
     ...        "storage": {"shards": [32, 32, 32]}}
     >>> thickness_plan((64, 56, 48), cfg) is None
     True
@@ -202,7 +202,7 @@ def thickness_plan(shape, config: dict):
     th = config["thickness"]
     if th["chunk"] != "auto":
         return tuple(th["chunk"])
-    budget = th["memory_mb"] * 2**20 if th.get("memory_mb") else HOST_MEMORY_SHARE * host_memory_bytes()
+    budget = config["host_memory_mb"] * 2**20 if config.get("host_memory_mb") else HOST_MEMORY_SHARE * host_memory_bytes()
     return thickness_chunk_shape(tuple(shape), budget_bytes=budget,
                                  aligned_to=config["storage"]["shards"],
                                  memory_bytes=thickness_memory_bytes)

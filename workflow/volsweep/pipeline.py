@@ -7,9 +7,6 @@ half-written file behind.  A store is named by its folder or by its root
 are one job each unless :mod:`volsweep.jobs` splits them; split sweeps are
 merged by :func:`aggregate_sweep` and :func:`merge_orientation`, chunked
 thickness writes one store shard per chunk job.
-
-Faults can be injected for tests through the environment variable
-``VOLSWEEP_FAULT`` (see :func:`inject_fault`); unset, it costs nothing.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -35,58 +30,9 @@ from volsweep.tiling import plan_tiles
 
 log = logging.getLogger("volsweep")
 
-#: Environment variable of the test fault switch: comma-separated ``step:action[:arg]``.
-FAULT_ENV = "VOLSWEEP_FAULT"
-#: Seconds a ``hang`` fault sleeps (a test kills the run meanwhile).
-HANG_S = 3600
 MB = 2**20
 ORIENTATION_VARS = orientation_store.VARIABLES
 __all__ = ["IncompleteError", "require_complete", "run_script"]
-
-
-class InjectedFault(RuntimeError):
-    """A failure injected by ``VOLSWEEP_FAULT`` (tests only)."""
-
-
-def _faults(step: str):
-    for spec in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
-        name, _, rest = spec.partition(":")
-        action, _, arg = rest.partition(":")
-        if name == step:
-            yield action, arg
-
-
-def inject_fault(step: str) -> None:
-    """Act on ``VOLSWEEP_FAULT`` entries for ``step`` (a pipeline function name).
-
-    Actions: ``kill`` (SIGKILL this process), ``hang`` (log, then sleep
-    :data:`HANG_S`), ``fail-once:PATH`` (raise :class:`InjectedFault` unless
-    the marker file PATH exists, creating it: the retry succeeds).  Called
-    where a step has written part of its output.
-    """
-    for action, arg in _faults(step):
-        if action == "kill":
-            log.warning("fault: %s killed midway", step)
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif action == "hang":
-            log.warning("fault: %s hanging midway", step)
-            for h in log.handlers:
-                h.flush()
-            time.sleep(HANG_S)
-        elif action == "fail-once":
-            marker = Path(arg)
-            if not marker.exists():
-                marker.touch()
-                raise InjectedFault(f"fault: {step} failed once (transient)")
-        elif action != "oom":
-            raise ValueError(f"{FAULT_ENV}: unknown action {action!r} for {step}")
-
-
-def _injected_oom(limit) -> None:
-    """``VOLSWEEP_FAULT=sweep:oom:BYTES``: out of memory when ``limit`` exceeds BYTES."""
-    for action, arg in _faults("sweep"):
-        if action == "oom" and (limit is None or limit > float(arg)):
-            raise MemoryError(f"fault: simulated out-of-memory at memory_limit={limit}")
 
 
 def store_root(path) -> Path:
@@ -100,7 +46,7 @@ def _volume(volume_zarr):
     return store, tuple(store.attrs["spacing"])
 
 
-def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_mb: float,
+def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: float,
                   phase: dict | None = None):
     """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``.
 
@@ -112,7 +58,7 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_
     """
     from volsweep.phase import check_phase, value_range
 
-    source = open_volume(entry, name, memory_budget=memory_budget_mb * MB)
+    source = open_volume(entry, name, memory_budget=buffer_mb * MB)
     lo, hi = value_range(source)
     if lo == hi:
         raise VolumeError(f"{volume_where(entry, name)}: every voxel is {lo}: a constant volume "
@@ -141,13 +87,13 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, memory_budget_
         **({"unit": unit} if unit else {}),
         **({"phase": rule} if rule else {}),
     }
-    ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=memory_budget_mb * MB,
+    ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=buffer_mb * MB,
            attrs=attrs, name=name, spacing=spacing, unit=unit,
-           where=volume_where(entry, name), on_block=lambda i: inject_fault("ingest_volume"))
+           where=volume_where(entry, name))
 
 
 def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: dict,
-          orientation_zarr=None, block=None, theta_offset=0):
+          device_memory_mb=None, orientation_zarr=None, block=None, theta_offset=0):
     """Rules sweep and sweep_block: the statistics of a volume's grid, or of one θ block.
 
     ``sweep`` is the config's ``sweep`` section.  The whole grid (``block``
@@ -173,7 +119,7 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                             device=device, progress=True, orientation_map=omap, **kwargs)
     untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
                                      orientation_map=omap, **kwargs)
-    limit_mb = sweep["memory_limit_mb"]
+    limit_mb = device_memory_mb
     start = time.perf_counter()
     ds = _sweep_halving_on_oom(run, None if limit_mb is None else limit_mb * MB, untiled, smallest)
     log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
@@ -183,7 +129,6 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
         orientation_store.write(store_root(orientation_zarr), ds, theta_offset=theta_offset,
                                 chunks=store.chunks, shards=store.shards, spacing=spacing,
                                 attrs=attrs)
-    inject_fault("sweep")
     ds = ds.drop_vars([v for v in ds.data_vars if "x" in ds[v].dims])  # per-voxel: the store's
     if block is None:
         _write_sweep(ds, out_nc, store, provenance)
@@ -228,7 +173,6 @@ def _sweep_halving_on_oom(run, limit, untiled, smallest):
     errors = _out_of_memory_errors()
     while True:
         try:
-            _injected_oom(limit)
             return run(memory_limit=limit)
         except errors as exc:
             limit = (untiled if limit is None else limit) / 2
@@ -345,7 +289,6 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, shard, c
     lt = local_thickness_core(binary, core_in_block, r_max, spacing=spacing, device=device)
     out = open_store(store_root(thickness_zarr), mode="r+")
     out[tile.core] = np.asarray(lt, dtype=np.float32)
-    inject_fault("thickness_chunk")
     values, counts = value_counts(lt)
     with atomic_file(out_npz) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, values=values, counts=counts, n_voxels=np.int64(np.prod(tile.core_shape)),

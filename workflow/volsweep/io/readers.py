@@ -41,7 +41,7 @@ import numpy as np
 
 READ_BLOCK_BYTES = 8 << 20
 #: Memory budget of the header checks when the caller gives none (the schema's
-#: default ``memory_budget_mb``).
+#: default ``ingest_buffer_mb``).
 DEFAULT_MEMORY_BUDGET = 512 << 20
 #: Missing or bad Zarr chunks named in one message, at most.
 MAX_NAMED = 3
