@@ -121,6 +121,12 @@ def test_a_list_adds_a_dimension_and_best_scale():
     assert both.attrs["integration_scale"] == [1.0, 1.6]
     dom = dominant_orientation(both)
     assert dom["dominant_theta"].dims == ("a", "xi")
+    small = sweep(v, th, ph, xi, a=[1.0, 1.6], orientation_a=1.0, **kw)  # the map at a = 1 only
+    assert np.all(small["argmax_a"].values == 0) and small.attrs["orientation_a"] == [1.0]
+    np.testing.assert_allclose(small["local_energy_max"].values, stack[0], rtol=1e-5)
+    np.testing.assert_array_equal(small["energy"].values, both["energy"].values)
+    with pytest.raises(ValueError, match="orientation_a"):
+        sweep(v, th, ph, xi, a=[1.0, 1.6], orientation_a=2.0, **kw)
 
 
 def _accuracy(ds, mask, axis):

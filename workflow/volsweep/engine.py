@@ -302,7 +302,7 @@ def _engine(dev):
 def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
           truncate=_wv.DEFAULT_TRUNCATE, stats=STATS, device="auto", memory_limit=None,
           progress=True, orientation_map=False, integration_scale=None,
-          orientation_rule="local_energy", unit=None):
+          orientation_rule="local_energy", orientation_a=None, unit=None):
     """Statistics of the volume's responses to an (a, θ, φ, ξ) grid of stretched Mexican hats.
 
     Parameters
@@ -344,6 +344,13 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         Standard deviation (units of ``spacing``) of the Gaussian over which the
         local energy is integrated (``docs/definitions.md``, "Orientation").  Default
         ``INTEGRATION_SCALE_PER_A · a`` per scale; 0 is one voxel.
+    orientation_a : float or sequence of floats, optional
+        The scales (values of ``a``) whose kernels take part in the local-energy map;
+        default all.  The statistics still cover every scale.  Larger scales win the
+        comparison where fibres cross or near the faces, so a bounded volume's map is
+        best at ``MAP_SCALE_PER_RADIUS`` while the dominant direction wants
+        ``SCALE_PER_RADIUS`` (:mod:`volsweep.orientation`): one call with
+        ``a=[map_a, stats_a], orientation_a=map_a`` gives both.
     orientation_rule : {'local_energy', 'response'}
         ``'local_energy'``: per voxel, the ξ ≠ 1 kernel whose local energy
         ``Gσ ⊛ (G²/wavelet_energy)`` is largest.  ``'response'``: the kernel whose raw
@@ -391,6 +398,11 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         raise TypeError(f"unit must be a string or None, got unit={unit!r}")
     local = bool(orientation_map) and orientation_rule == "local_energy"
     sigmas = _integration_scales(integration_scale, a_vals)
+    map_scales = a_vals
+    if orientation_a is not None:
+        map_scales = np.atleast_1d(np.asarray(orientation_a, dtype=np.float64))
+        if map_scales.ndim != 1 or map_scales.size == 0 or not np.all(np.isin(map_scales, a_vals)):
+            raise ValueError(f"orientation_a must be some of the values of a={a!r}, got orientation_a={orientation_a!r}")
     if local and np.all(xi_arr == 1.0):
         raise ValueError(f"orientation_map needs some xi != 1: xi = 1 is isotropic and has no "
                          f"direction, got xi={xi!r}")
@@ -423,7 +435,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         job.taps = [taps_of[float(v)] for v in ks.a]
         job.inv_energy = np.array([1.0 / w_energy[a_index[float(v)], xi_index[float(x)]]
                                    for v, x in zip(ks.a, ks.xi)])
-        job.directional = ~ks.isotropic
+        job.directional = ~ks.isotropic & np.isin(ks.a, map_scales)
 
     # --- run
     prog = _Progress(len(ks.xi) * len(blocks), progress, getattr(engine, "sync", None))
@@ -482,5 +494,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         attrs["orientation_rule"] = orientation_rule
         if local:
             attrs["integration_scale"] = list(map(float, sigmas)) if a_dim else float(sigmas[0])
+            if a_dim:
+                attrs["orientation_a"] = list(map(float, map_scales))
     ds = xr.Dataset(data_vars, coords=coords, attrs=attrs)
     return annotate(ds)
