@@ -5,6 +5,7 @@ rule aggregate_sweep:
     input:
         blocks=sweep_block_files,
         volume=store("results/{vol}/volume.zarr"),
+        **({"orientation": store("results/{vol}/orientation.zarr")} if ORIENTATION else {}),
     output:
         "results/{vol}/sweep.nc",
     wildcard_constraints:

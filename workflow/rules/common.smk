@@ -79,6 +79,14 @@ def volume_nbytes(vol):
     return 4 * shape[0] * shape[1] * shape[2]
 
 
+def sweep_inputs(wildcards):
+    """The volume, and its thickness distribution when ``sweep.a`` is ``auto``."""
+    inputs = {"volume": store(f"results/{wildcards.vol}/volume.zarr")}
+    if SWEEP["a"] == "auto":
+        inputs["thickness"] = f"results/{wildcards.vol}/thickness.nc"
+    return inputs
+
+
 def block_theta(wildcards):
     return THETA[SWEEP_BLOCKS[wildcards.vol][int(wildcards.block)]].tolist()
 

@@ -6,7 +6,7 @@
 
 rule sweep:
     input:
-        volume=store("results/{vol}/volume.zarr"),
+        unpack(sweep_inputs),
     output:
         nc="results/{vol}/sweep.nc",
         **({"orientation": store("results/{vol}/orientation.zarr")} if ORIENTATION else {}),
@@ -36,7 +36,7 @@ rule sweep:
 
 rule sweep_block:
     input:
-        volume=store("results/{vol}/volume.zarr"),
+        unpack(sweep_inputs),
     output:
         nc="results/{vol}/sweep/{block}.nc",
         **(

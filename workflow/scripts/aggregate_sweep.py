@@ -4,4 +4,5 @@ from volsweep.runner import run_script
 
 run_script(pipeline.aggregate_sweep, snakemake, block_ncs=list(snakemake.input.blocks),
            volume_zarr=snakemake.input.volume, out_nc=snakemake.output[0],
-           provenance=snakemake.params.provenance)
+           provenance=snakemake.params.provenance,
+           orientation_zarr=snakemake.input.get("orientation"))

@@ -234,6 +234,18 @@ def taps_halo(taps) -> tuple[int, int, int]:
     return tuple(len(w) // 2 for w in taps)
 
 
+_DEVICE_TAPS: dict = {}
+
+
+def _taps_on(xp, taps):
+    """The float32 taps as an ``xp`` array, copied to a device once (a copy per kernel
+    would wait for the device's queue to drain)."""
+    key = (xp.__name__, taps.astype(np.float32).tobytes())
+    if key not in _DEVICE_TAPS:
+        _DEVICE_TAPS[key] = xp.asarray(taps.astype(np.float32))
+    return _DEVICE_TAPS[key]
+
+
 def local_energy(g, block: Block, taps, inv_energy: float, xp, ndi):
     """``Σ_m w(m)·G(x+m)²/wavelet_energy`` over the block's core, float32 (``docs/definitions.md``).
 
@@ -254,7 +266,7 @@ def local_energy(g, block: Block, taps, inv_energy: float, xp, ndi):
     for d in range(3):
         if len(taps[d]) == 1:
             continue
-        w = xp.asarray(taps[d].astype(np.float32))
+        w = _taps_on(xp, taps[d])
         periodic = block.periodic[d]
         e = ndi.correlate1d(e, w, axis=d, mode="wrap" if periodic else "constant")
         if not periodic:

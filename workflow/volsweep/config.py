@@ -291,6 +291,11 @@ def _semantic_errors(config: dict, blame) -> list[str]:
                     lines.append(f"{src('sweep', name, 'values')}: sweep.{name}.values = {grid['values']}: "
                                  "must be strictly increasing (sorted, no repeated angle)")
 
+    def auto_scale():
+        if config["sweep"]["enabled"] and config["sweep"]["a"] == "auto" and not config["thickness"]["enabled"]:
+            lines.append(f"{src('sweep', 'a')}: sweep.a = auto: derives the scale from the local "
+                         "thickness, which is off (thickness.enabled: false); give a number or enable it")
+
     def stats():
         sweep, report = config["sweep"], config["report"]
         if sweep["enabled"] and report["enabled"] and "energy" not in sweep["stats"]:
@@ -324,7 +329,7 @@ def _semantic_errors(config: dict, blame) -> list[str]:
                     else repr(str(name)[:120])
                 lines.append(f"{src('volumes', name)}: volumes.{shown}: the volume name {problem}")
 
-    for fn in (storage, angles, stats, thickness, volumes):
+    for fn in (storage, angles, auto_scale, stats, thickness, volumes):
         guard(fn)
     return lines
 

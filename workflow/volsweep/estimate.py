@@ -124,7 +124,9 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
     if sweep["enabled"]:
         theta, phi = angle_values(sweep["theta"]), angle_values(sweep["phi"])
         xi = np.asarray(sweep["xi"], dtype=np.float64)
-        scales = np.atleast_1d(np.asarray(sweep["a"], dtype=np.float64))
+        # a: auto is known only once the thickness has run: estimated at two scales of 1.
+        scales = (np.ones(2) if sweep["a"] == "auto"
+                  else np.atleast_1d(np.asarray(sweep["a"], dtype=np.float64)))
         truncate = DEFAULT_TRUNCATE if sweep.get("truncate") is None else float(sweep["truncate"])
         est.kernels = len(theta) * len(phi) * len(xi) * len(scales)
         if est.kernels <= _EXACT_HALO_POINTS:

@@ -153,32 +153,33 @@ def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def scale_for_estimate(a) -> float:
-    """The largest wavelet scale of ``sweep.a`` (a number or a list; 1 for ``auto``)."""
-    if isinstance(a, str):
-        return 1.0
-    return float(np.max(np.atleast_1d(np.asarray(a, dtype=np.float64))))
-
-
 def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_REFERENCE_THREADS):
-    """Theta-index blocks of one volume's sweep jobs, planned from the config.
+    """Theta-index blocks of one volume's sweep jobs, from the engine's cost model.
+
+    :func:`volsweep.engine.sweep_cost` estimates the whole grid's compute on
+    the device the jobs will use; :func:`theta_blocks` splits it by
+    ``sweep.job_minutes`` and ``sweep.min_jobs`` (or ``sweep.block_size``).
 
     Examples
     --------
     >>> cfg = {"sweep": {"theta": {"num": 8}, "phi": {"num": 8}, "xi": [1.0, 2.0], "a": 2.0,
-    ...        "truncate": None, "job_minutes": 30, "min_jobs": 1, "block_size": None}}
+    ...        "mode": "reflect", "truncate": None, "stats": ["energy"], "job_minutes": 30,
+    ...        "min_jobs": 1, "block_size": None, "orientation_map": False}}
     >>> len(sweep_plan((64, 56, 48), (1, 1, 1), cfg, gpu=False))
     1
     """
     from volsweep.config import angle_values
+    from volsweep.engine import sweep_cost
 
     sw = config["sweep"]
     theta, phi = angle_values(sw["theta"]), angle_values(sw["phi"])
-    a = np.atleast_1d(np.asarray(scale_for_estimate(sw["a"]) if isinstance(sw["a"], str) else sw["a"],
-                                 dtype=np.float64))
-    seconds = sum(sweep_estimate(shape, theta, phi, sw["xi"], a=float(s), spacing=spacing,
-                                 truncate=sw["truncate"], device="cuda" if gpu else "cpu",
-                                 threads=threads)["seconds"] for s in a)
+    a = [1.0, 1.5] if sw["a"] == "auto" else sw["a"]  # auto: known only after the thickness
+    kwargs = {"truncate": sw["truncate"]} if sw.get("truncate") is not None else {}
+    cost = sweep_cost(tuple(shape), theta, phi, sw["xi"], a=a, spacing=spacing, mode=sw["mode"],
+                      device="cuda" if gpu else "cpu", stats=tuple(sw["stats"]),
+                      orientation_map=sw.get("orientation_map", False),
+                      integration_scale=sw.get("integration_scale"), **kwargs)
+    seconds = cost["seconds"] * (1.0 if gpu else CPU_REFERENCE_THREADS / max(1, threads))
     return theta_blocks(len(theta), seconds, job_minutes=sw["job_minutes"], min_jobs=sw["min_jobs"],
                         block_size=sw["block_size"])
 

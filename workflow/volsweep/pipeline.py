@@ -92,36 +92,61 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: flo
            where=volume_where(entry, name))
 
 
+def sweep_scales(a, thickness_nc=None):
+    """``(a, orientation_a)`` for the engine from the config's ``sweep.a``.
+
+    ``auto`` derives both from the phase's local-thickness distribution
+    (:func:`volsweep.orientation.scale_from_thickness`): the statistics' scale
+    and the per-voxel map's scale; otherwise ``a`` as given, and the map uses
+    every scale.
+    """
+    if a != "auto":
+        return a, None
+    from volsweep.orientation import MAP_SCALE_PER_RADIUS, scale_from_thickness
+
+    dist = datasets.open_netcdf(thickness_nc)
+    a_stats = float(scale_from_thickness(dist))
+    a_map = float(scale_from_thickness(dist, factor=MAP_SCALE_PER_RADIUS))
+    log.info("sweep: a = auto from the median thickness %.4g: a = %.4g (statistics), %.4g (map)",
+             float(dist["median"]), a_stats, a_map)
+    return sorted({a_map, a_stats}), a_map
+
+
 def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: dict,
-          device_memory_mb=None, orientation_zarr=None, block=None, theta_offset=0):
+          device_memory_mb=None, thickness_nc=None, orientation_zarr=None, block=None,
+          theta_offset=0):
     """Rules sweep and sweep_block: the statistics of a volume's grid, or of one θ block.
 
-    ``sweep`` is the config's ``sweep`` section.  The whole grid (``block``
-    None) writes the final ``sweep.nc``, with its derived products and
-    provenance; a block writes its part for :func:`aggregate_sweep`.  With
-    ``orientation_zarr``, also the per-voxel maximum response and its
-    (θ, φ, ξ) indices, θ counted over the whole grid (``theta_offset``).
+    ``sweep`` is the config's ``sweep`` section (``a: auto`` reads
+    ``thickness_nc``).  The whole grid (``block`` None) writes the final
+    ``sweep.nc``, with its derived products and provenance; a block writes its
+    part for :func:`aggregate_sweep`.  With ``orientation_zarr``, also the
+    per-voxel orientation (:mod:`volsweep.io.orientation`), θ counted over the
+    whole grid (``theta_offset``).
     """
-    from volsweep.engine import memory_needs, sweep as run_sweep
-    from volsweep.jobs import sweep_estimate
+    from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
     store, spacing = _volume(volume_zarr)
     volume = store[...]
-    xi, a, truncate = sweep["xi"], sweep["a"], sweep["truncate"]
-    kwargs = {} if truncate is None else {"truncate": truncate}
+    a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
+    xi, truncate = sweep["xi"], sweep["truncate"]
     omap = orientation_zarr is not None
-    est = sweep_estimate(volume.shape, theta, phi, xi, a=a, spacing=spacing, truncate=truncate,
-                         device="cuda" if _uses_gpu(device) else "cpu")
-    log.info("sweep: %d unique kernels on FFT shape %s, estimated %.1f s, %.2f GB",
-             est["kernels"], est["fft_shape"], est["seconds"], est["bytes"] / 1e9)
+    kwargs = {"truncate": truncate} if truncate is not None else {}
+    kwargs.update(integration_scale=sweep.get("integration_scale"))
+    est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
+                     device="cuda" if _uses_gpu(device) else "cpu", stats=tuple(sweep["stats"]),
+                     orientation_map=omap, **kwargs)
+    log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
+             est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
     run = functools.partial(run_sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi),
                             a=a, spacing=spacing, mode=sweep["mode"], stats=tuple(sweep["stats"]),
-                            device=device, progress=True, orientation_map=omap, **kwargs)
+                            device=device, progress=True, orientation_map=omap,
+                            orientation_a=orientation_a, unit=store.attrs.get("unit"), **kwargs)
     untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
                                      orientation_map=omap, **kwargs)
-    limit_mb = device_memory_mb
     start = time.perf_counter()
-    ds = _sweep_halving_on_oom(run, None if limit_mb is None else limit_mb * MB, untiled, smallest)
+    limit = None if device_memory_mb is None else device_memory_mb * MB
+    ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
     log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
              est["seconds"])
     if omap:
@@ -133,6 +158,8 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     if block is None:
         _write_sweep(ds, out_nc, store, provenance)
     else:
+        # Votes count each voxel's winner: only the merged map knows it (aggregate_sweep).
+        ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
         ds.attrs["block"] = int(block)
         datasets.write_netcdf(ds, out_nc)
 
@@ -146,8 +173,8 @@ def _uses_gpu(device) -> bool:
 def _write_sweep(ds, out_nc, store, provenance):
     from volsweep.products import with_products
 
-    ds = with_products(ds)
-    ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"])
+    ds = datasets.with_provenance(with_products(ds), provenance)
+    ds.attrs["source_sha256"] = store.attrs["source_sha256"]
     datasets.write_netcdf(ds, out_nc)
 
 
@@ -194,11 +221,31 @@ def merge_orientation(block_zarrs, out_zarr, *, theta, phi, xi, provenance: dict
                             attrs=_orientation_attrs(theta, phi, xi, provenance), threads=threads)
 
 
-def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict):
-    """Rule aggregate_sweep: the blocks, in order, become ``results/{vol}/sweep.nc``."""
+def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict, orientation_zarr=None):
+    """Rule aggregate_sweep: the blocks, in order, become ``results/{vol}/sweep.nc``.
+
+    With the merged ``orientation_zarr``, the per-voxel orientation votes are
+    counted from it (each voxel once, for its winning kernel).
+    """
     require_complete(block_ncs, "sweep block")
     store, _ = _volume(volume_zarr)
-    _write_sweep(datasets.merge_sweep_blocks(block_ncs), out_nc, store, provenance)
+    ds = datasets.merge_sweep_blocks(block_ncs, unit=store.attrs.get("unit"))
+    if orientation_zarr is not None:
+        ds = _with_votes(ds, orientation_store.open_group(store_root(orientation_zarr)))
+    _write_sweep(ds, out_nc, store, provenance)
+
+
+def _with_votes(ds, group):
+    from volsweep.orientation import votes_from_map
+
+    dims = [d for d in ("a", "theta", "phi", "xi") if d in ds.dims]
+    names = {d: f"argmax_{d}" for d in dims}
+    if orientation_store.CRITERION not in group or any(n not in group for n in names.values()):
+        return ds
+    grid = tuple(ds.sizes[d] for d in dims)
+    votes = votes_from_map(group[orientation_store.CRITERION][...],
+                           [group[names[d]][...] for d in dims], grid)
+    return ds.assign(orientation_votes=(tuple(dims), votes))
 
 
 def _phase(volume, store, thickness: dict, **kwargs):

@@ -22,13 +22,13 @@ def config_sha256(config: dict) -> str:
 
 
 def package_versions() -> dict:
-    """``version_<name>`` of volsweep and the libraries that shape its numbers."""
+    """``<name>_version`` of volsweep and the libraries that shape its numbers (the sweep's own names)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
     for dist in DISTRIBUTIONS:
         try:
-            out[f"version_{dist.split('-')[0]}"] = version(dist)
+            out[f"{dist.split('-')[0]}_version"] = version(dist)
         except PackageNotFoundError:
             continue
     return out
