@@ -3,10 +3,10 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))  # the parse, when not pip-installed
+# volsweep from this checkout, for the parse, when it is not pip-installed.
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from volsweep.config import validate_config
-
 
 # The demo config, unless --configfile names another (which then replaces it, not merges).
 if not workflow.overwrite_configfiles:
@@ -14,7 +14,8 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate_config(config, configfile=", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"])))
+CONFIGFILES = ", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"]))
+validate_config(config, configfile=CONFIGFILES)
 
 
 include: "workflow/rules/common.smk"
@@ -26,6 +27,6 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_outputs(),
-    default_target: True

@@ -10,7 +10,7 @@ jobs per volume; 128^3 thickness chunks: 7 x 7 x 2 = 98 chunk jobs per volume).
     python benchmarks/bench_dag.py --volumes 10 --runs 1 --cprofile 25
     python benchmarks/bench_dag.py --profile workflow/profiles/slurm   # with its groups
 
-Target: <= 30 s for 50 volumes (issue 6).
+Expect about 20-25 s for 50 volumes on a 2-core machine.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from fibre_volumes import axis_angle, open_fibres, periodic_fibres  # noqa: E402
 from volsweep import sweep  # noqa: E402
-from volsweep.orientation import SCALE_PER_RADIUS  # noqa: E402
-from volsweep.wavelet import axis_vector  # noqa: E402
+from volsweep.engine.orientation import SCALE_PER_RADIUS  # noqa: E402
+from volsweep.engine.wavelet import axis_vector  # noqa: E402
 
 N_GRID = 12
 GRID = np.arange(N_GRID) * np.pi / N_GRID

@@ -3,7 +3,7 @@
 For ``mode="wrap"`` with statistics ⊆ {energy, std, mean} the sweep needs only
 ``Σ_k pw(k)·K̂(k)²`` per kernel (pw = |V̂|² with the half-spectrum weights); this
 script times the CUDA kernels that compute it against the bare CuPy ``irfftn`` of the
-same shape (the issue's target: ≤ 0.15×), for several ξ, and checks every variant:
+same shape, for several ξ, and checks every variant:
 
 * against a float64 reference (the aliased spectrum of ``wavelet.sampled_spectrum``
   evaluated on the device in float64, times |V̂|² in float64) on a few kernels,
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -34,10 +33,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "workflow"))
 
-from volsweep import _engine_gpu as eg  # noqa: E402
-from volsweep import wavelet as wv  # noqa: E402
-from volsweep._plan import KernelSet, kernel_table  # noqa: E402
-from volsweep._plan import parseval_weights as _parseval_weights  # noqa: E402
+from volsweep.engine import _gpu as eg  # noqa: E402
+from volsweep.engine import wavelet as wv  # noqa: E402
+from volsweep.engine._plan import KernelSet, kernel_table  # noqa: E402
+from volsweep.engine._plan import parseval_weights as _parseval_weights  # noqa: E402
 
 import cupy as cp  # noqa: E402
 import cupyx.scipy.fft as cfft  # noqa: E402
@@ -153,7 +152,7 @@ def main(argv=None):
 
     spec = cp.asarray((rng.random((N[0], N[1], N[2] // 2 + 1)) + 1j).astype(np.complex64))
     t_irfft, _ = _time(lambda: cfft.irfftn(spec, s=N), 20)
-    del spec
+    spec = None  # frees the device buffer
     print(f"shape {N}, a = {args.a}, {K} kernels per ξ; irfftn {t_irfft * 1e3:.3f} ms", flush=True)
     res = {"shape": list(N), "a": args.a, "kernels": K, "irfftn_ms": t_irfft * 1e3,
            "device": str(cp.cuda.runtime.getDeviceProperties(0)["name"]), "cupy": cp.__version__,

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "workflow"))
 
 from volsweep import sweep  # noqa: E402
-from volsweep.wavelet import sample_kernel  # noqa: E402
+from volsweep.engine.wavelet import sample_kernel  # noqa: E402
 
 from _timing import cuda_times, kernel_grid
 
@@ -103,7 +103,7 @@ def bench_gpu(args, res):
         plan = cfft.get_fft_plan(spec, shape=N, value_type="C2R")
         work = spec.copy()
         t_irfft_plan = _gpu_time(lambda: cfft.irfftn(work, s=N, plan=plan, overwrite_x=True), 20)
-        del plan, work, spec
+        plan = work = spec = None  # frees the device buffers
         g[mode] = dict(fft_shape=list(N), total_s=t, setup_s=t1, per_kernel_ms=per * 1e3,
                        irfftn_ms=t_irfft * 1e3, irfftn_plan_ms=t_irfft_plan * 1e3,
                        ratio_vs_irfftn=per / t_irfft, ratio_vs_irfftn_plan=per / t_irfft_plan,
@@ -142,7 +142,7 @@ def bench_gpu(args, res):
     g["fftconvolve61_peak_over_volume"] = fpeak / vbytes
     for mode in args.modes:
         g[mode]["speedup_vs_fftconvolve61"] = t_fc / (g[mode]["per_kernel_ms"] / 1e3)
-    del k61
+    k61 = None  # frees the device buffer
     pool.free_all_blocks()
 
     # Full grid extrapolation (100 x 100 x 19 kernels, wrap per-kernel time, no dedup credit)
@@ -201,7 +201,7 @@ def bench_parseval(args, res):
             N = tuple(ds.attrs["fft_shape"])
             spec = cp.asarray((rng.random((N[0], N[1], N[2] // 2 + 1)) + 1j).astype(np.complex64))
             t_irfft = _gpu_time(lambda: cfft.irfftn(spec, s=N), 20)
-            del spec
+            spec = None  # frees the device buffer
             g["parseval_irfftn_ms"] = t_irfft * 1e3
         t = _gpu_time(lambda: sweep(vol, theta, phi, [xi], **kw), args.reps, warm=0)
         t1 = _gpu_time(lambda: sweep(vol, theta[:1], phi[:1], [xi], **kw), args.reps, warm=0)
@@ -282,7 +282,7 @@ def bench_cost(args, res):
     ``parseval``: per-kernel seconds over N of the Parseval path; ``local_energy``: the extra
     per-kernel seconds of the local-energy orientation map over voxels × taps.
     """
-    from volsweep._plan import gaussian_taps
+    from volsweep.engine._plan import gaussian_taps
 
     dev = "cuda" if args.gpu else "cpu"
     gpu = dev == "cuda"

@@ -34,7 +34,6 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ def lattice_direction(d):
 
 
 def angles_of(u):
-    """(θ, φ) of the wavelet convention with u(θ, φ) = ±u (``volsweep.wavelet.axis_vector``)."""
+    """(θ, φ) of the wavelet convention with u(θ, φ) = ±u (``volsweep.engine.wavelet.axis_vector``)."""
     u = np.asarray(u, dtype=np.float64)
     if u[0] < 0 or (u[0] == 0 and u[2] < 0):
         u = -u

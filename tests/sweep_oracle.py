@@ -1,6 +1,6 @@
 """Reference for the sweep: float64 convolution with the sampled reference kernel.
 
-The kernel is ψ sampled on the DESIGN.md box (half-width ``ceil(8·a·max(ξ, 1)/s)``
+The kernel is ψ sampled on the reference box of docs/definitions.md (half-width ``ceil(8·a·max(ξ, 1)/s)``
 voxels per axis).  The boundary mode is an extension of the volume with a period
 ``P`` per axis — ``n`` for ``wrap``, ``2n`` for ``reflect`` (scipy.ndimage's
 ``d c b a | a b c d | d c b a`` repeats every ``2n``), and for ``constant`` the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from volsweep.wavelet import reference_halfwidth, sample_kernel
+from volsweep.engine.wavelet import reference_halfwidth, sample_kernel
 
 
 def fold_kernel(kernel, period):

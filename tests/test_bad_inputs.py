@@ -101,7 +101,7 @@ def case_unknown_nested_key(work):
 @Case()
 def case_wrong_type(work):
     save_good(work)
-    return config(sweep__a="big"), "{cfg}: sweep.a = 'big': 'big' is not of type 'number'"
+    return config(sweep__a="big"), "{cfg}: sweep.a = 'big': 'big' is not one of ['auto']"
 
 
 @Case()

@@ -7,7 +7,7 @@ import yaml
 import volsweep
 from volsweep.config import angle_values, validate_config, volume_entries
 from volsweep.io.readers import open_volume
-from volsweep.products import dominant_orientation
+from volsweep.engine.products import dominant_orientation
 from volsweep.synthetic import fibre_direction
 
 

@@ -24,7 +24,8 @@ import yaml
 import zarr
 
 from volsweep.io.datasets import open_netcdf
-from volsweep.pipeline import IncompleteError, aggregate_thickness
+from volsweep.io.complete import IncompleteError
+from volsweep.steps.thickness import aggregate_thickness
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py, test-only
 FAULT_ENV = "VOLSWEEP_FAULT"

@@ -1,6 +1,5 @@
 """volsweep.fftconvolve: equal to scipy.signal.fftconvolve, within a memory budget."""
 
-import itertools
 import tracemalloc
 
 import numpy as np

@@ -1,7 +1,6 @@
 """Readers, streaming ingest and NetCDF writes."""
 
 import hashlib
-import pickle
 import tracemalloc
 
 import h5py
@@ -14,7 +13,7 @@ import zarr
 from volsweep.io.datasets import merge_sweep_blocks, open_netcdf, stack_volumes, write_netcdf
 from volsweep.io.readers import VolumeError, open_volume, source_sha256, source_shape
 from volsweep.io.store import block_shape_for_budget, ingest, open_store
-from volsweep.pipeline import ingest_volume
+from volsweep.steps.ingest import ingest_volume
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import pytest
 
 from volsweep.io.store import create_store
 from volsweep.io.orientation import write as write_orientation
-from volsweep.pipeline import ingest_volume
+from volsweep.steps.ingest import ingest_volume
 
 ome_zarr = pytest.importorskip("ome_zarr")
 from ome_zarr.io import parse_url  # noqa: E402

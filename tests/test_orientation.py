@@ -8,11 +8,11 @@ import xarray as xr
 import sweep_oracle as oracle
 from fibre_volumes import axis_angle, lattice_direction, periodic_fibres
 from volsweep import sweep
-from volsweep._plan import gaussian_taps, taps_halo
+from volsweep.engine._plan import gaussian_taps, taps_halo
 from volsweep.engine import memory_needs, sweep_cost
-from volsweep.orientation import SCALE_PER_RADIUS, scale_from_thickness
-from volsweep.products import dominant_orientation, with_products
-from volsweep.wavelet import axis_vector, reference_halfwidth, wavelet_energy
+from volsweep.engine.orientation import SCALE_PER_RADIUS, scale_from_thickness
+from volsweep.engine.products import dominant_orientation, with_products
+from volsweep.engine.wavelet import axis_vector, reference_halfwidth, wavelet_energy
 
 SPACING = (1.0, 0.8, 1.3)
 N_GRID = 12

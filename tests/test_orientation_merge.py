@@ -5,7 +5,7 @@ import zarr
 
 from volsweep.io.orientation import VARIABLES as ORIENTATION_VARS
 from volsweep.io.orientation import write as write_orientation
-from volsweep.pipeline import merge_orientation
+from volsweep.steps.sweep import merge_orientation
 
 
 def test_merge_equals_the_argmax_over_all_kernels(tmp_path):

@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from volsweep import figures, plots
+from volsweep import plots
+from volsweep.steps import figures
 from volsweep.io.store import create_store
 from volsweep.io import orientation as orientation_store
 from volsweep.io.datasets import write_netcdf
-from volsweep.products import with_products
+from volsweep.engine.products import with_products
 from volsweep.thickness import distribution_from_counts
-from volsweep.wavelet import axis_vector
+from volsweep.engine.wavelet import axis_vector
 
 
 def colourbar_labels(fig):

@@ -6,7 +6,6 @@ bash blocks are parsed by ``bash -n``; YAML config blocks load and pass the
 schema and the config checks (volume files are not there, so not opened).
 """
 
-import os
 import re
 import subprocess
 from pathlib import Path

@@ -147,7 +147,6 @@ def _zarr_arrays(path: Path) -> dict:
 
 def _compare_results(a: Path, b: Path):
     import xarray as xr
-    import zarr
 
     ncs = sorted(p.relative_to(a) for p in (a / "results").rglob("*.nc"))
     assert ncs == sorted(p.relative_to(b) for p in (b / "results").rglob("*.nc"))

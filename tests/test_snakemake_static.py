@@ -74,3 +74,23 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert out.returncode != 0
     assert "bad.yaml: sweep.xi[1] = -2.0" in out.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+def test_the_parse_imports_neither_cupy_nor_numba(tmp_path):
+    """Planning jobs must stay cheap: stand-in packages record any import during a dry run."""
+    import os
+
+    marker = tmp_path / "imported"
+    for name in ("cupy", "numba"):
+        pkg = tmp_path / "stand_ins" / name
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(
+            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nraise ImportError('stand-in')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(tmp_path / "stand_ins"), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-n", "--cores", "2",
+                          "--configfile", str(REPO / "config.yaml"), "--directory", str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert not marker.exists(), marker.read_text()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from volsweep.stats import Partial, check_stats, finalize, merge
+from volsweep.engine.stats import Partial, check_stats, finalize, merge
 
 
 def test_merge_equals_whole_and_is_ordered():

@@ -9,7 +9,7 @@ import scipy.ndimage as ndi
 import sweep_oracle as oracle
 from volsweep import sweep
 from volsweep.engine import unique_kernels
-from volsweep.wavelet import reference_halfwidth, sample_kernel
+from volsweep.engine.wavelet import reference_halfwidth, sample_kernel
 
 SPACING = (1.0, 0.8, 1.3)
 SHAPE = (23, 31, 17)
@@ -173,7 +173,7 @@ def test_bad_input(kwargs, exc, word):
 def test_cpu_statistics_deterministic_across_thread_counts(monkeypatch):
     # Partials are per x-plane and merged in plane order: the statistics are bit-identical
     # run to run and whatever the number of threads (and hence the chunking) is.
-    from volsweep import _engine_cpu
+    from volsweep.engine import _cpu as _engine_cpu
 
     v = _vol((26, 23, 21), seed=11)
     kw = dict(a=1.2, spacing=SPACING, mode="reflect", device="cpu", progress=False)

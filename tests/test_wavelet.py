@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sweep_oracle import fold_kernel
-from volsweep import wavelet as wv
+from volsweep.engine import wavelet as wv
 
 
 @pytest.mark.parametrize("a, xi, spacing, shape", [

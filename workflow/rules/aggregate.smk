@@ -3,19 +3,23 @@
 
 rule aggregate_sweep:
     input:
+        **(
+            {"orientation": store("results/{vol}/orientation.zarr")}
+            if ORIENTATION
+            else {}
+        ),
         blocks=sweep_block_files,
         volume=store("results/{vol}/volume.zarr"),
-        **({"orientation": store("results/{vol}/orientation.zarr")} if ORIENTATION else {}),
     output:
         "results/{vol}/sweep.nc",
-    wildcard_constraints:
-        vol=SWEEP_SPLIT,
-    params:
-        provenance=PROVENANCE,
     log:
         "logs/{vol}/aggregate_sweep.log",
+    wildcard_constraints:
+        vol=SWEEP_SPLIT,
     conda:
         ENV
+    params:
+        provenance=PROVENANCE,
     script:
         "../scripts/aggregate_sweep.py"
 
@@ -25,23 +29,24 @@ rule orientation_map:
         orientation_block_files,
     output:
         store("results/{vol}/orientation.zarr"),
+    log:
+        "logs/{vol}/orientation_map.log",
+    benchmark:
+        "logs/{vol}/orientation_map.benchmark.tsv"
     wildcard_constraints:
         vol=SWEEP_SPLIT,
+    retries: RETRIES
+    conda:
+        ENV
+    threads: 4
+    resources:
+        mem_mb=lambda wildcards, attempt: attempt
+        * int(2 * volume_nbytes(wildcards.vol) / MB + 512),
     params:
         theta=THETA.tolist(),
         phi=PHI.tolist(),
         xi=SWEEP["xi"],
         provenance=PROVENANCE,
-    log:
-        "logs/{vol}/orientation_map.log",
-    benchmark:
-        "logs/{vol}/orientation_map.benchmark.tsv"
-    threads: 4
-    retries: RETRIES
-    resources:
-        mem_mb=lambda wildcards, attempt: attempt * int(2 * volume_nbytes(wildcards.vol) / MB + 512),
-    conda:
-        ENV
     script:
         "../scripts/orientation_map.py"
 
@@ -55,15 +60,15 @@ rule aggregate_thickness:
         volume=store("results/{vol}/volume.zarr"),
     output:
         "results/{vol}/thickness.nc",
+    log:
+        "logs/{vol}/aggregate_thickness.log",
     wildcard_constraints:
         vol=THICKNESS_SPLIT,
+    conda:
+        ENV
     params:
         bins=THICKNESS["bins"],
         provenance=PROVENANCE,
-    log:
-        "logs/{vol}/aggregate_thickness.log",
-    conda:
-        ENV
     script:
         "../scripts/aggregate_thickness.py"
 
@@ -73,13 +78,13 @@ rule summary:
         expand("results/{vol}/{{kind}}.nc", vol=list(VOLUMES)),
     output:
         "results/summary/{kind}.nc",
-    params:
-        names=list(VOLUMES),
-    wildcard_constraints:
-        kind="sweep|thickness",
     log:
         "logs/summary/{kind}.log",
+    wildcard_constraints:
+        kind="sweep|thickness",
     conda:
         ENV
+    params:
+        names=list(VOLUMES),
     script:
         "../scripts/summary.py"

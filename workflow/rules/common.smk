@@ -10,7 +10,7 @@ from volsweep.provenance import provenance
 from volsweep.thickness import thickness_memory_bytes
 from volsweep.tiling import plan_tiles
 
-CONFIGFILE = ", ".join(map(str, workflow.overwrite_configfiles or ["config.yaml"]))
+CONFIGFILE = CONFIGFILES
 VOLUMES = volume_entries(config, base_dir=".", configfile=CONFIGFILE)
 SHAPES = {name: source_shape(entry, name) for name, entry in VOLUMES.items()}
 SWEEP = config["sweep"]
@@ -22,7 +22,9 @@ ENV = "../../envs/volsweep.yaml"
 ORIENTATION = SWEEP["enabled"] and SWEEP["orientation_map"]
 REPORT = config["report"]
 PHASE_RULE = (
-    {k: THICKNESS[k] for k in ("threshold", "label", "invert")} if THICKNESS["enabled"] else None
+    {k: THICKNESS[k] for k in ("threshold", "label", "invert")}
+    if THICKNESS["enabled"]
+    else None
 )
 USES_GPU = int(gpu_planned(config["device"]))
 SWEEP_THREADS = 2
@@ -37,8 +39,13 @@ def store(path):
 
 
 def sweep_blocks(vol):
-    return jobs.sweep_plan(SHAPES[vol], VOLUMES[vol]["spacing"], config, gpu=bool(USES_GPU),
-                           threads=SWEEP_THREADS)
+    return jobs.sweep_plan(
+        SHAPES[vol],
+        VOLUMES[vol]["spacing"],
+        config,
+        gpu=bool(USES_GPU),
+        threads=SWEEP_THREADS,
+    )
 
 
 def thickness_chunk(vol):
@@ -48,12 +55,16 @@ def thickness_chunk(vol):
 # A truncated or corrupt intermediate (a killed copy, a full disk) is removed here, so
 # its job runs again before anything downstream reads it.
 for path in unreadable_intermediates(f"results/{vol}" for vol in VOLUMES):
-    logger.warning(f"volsweep: {path} is unreadable (truncated or corrupt); it will be remade")
+    logger.warning(
+        f"volsweep: {path} is unreadable (truncated or corrupt); it will be remade"
+    )
     path.unlink()
 
 
 SWEEP_BLOCKS = {vol: sweep_blocks(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}
-THICKNESS_CHUNK = {vol: thickness_chunk(vol) for vol in VOLUMES} if THICKNESS["enabled"] else {}
+THICKNESS_CHUNK = (
+    {vol: thickness_chunk(vol) for vol in VOLUMES} if THICKNESS["enabled"] else {}
+)
 
 
 def names_regex(names):
@@ -101,29 +112,42 @@ def source_files(wildcards):
 
 
 def sweep_block_files(wildcards):
-    return expand("results/{vol}/sweep/{block}.nc", vol=wildcards.vol,
-                  block=range(len(SWEEP_BLOCKS[wildcards.vol])))
+    return expand(
+        "results/{vol}/sweep/{block}.nc",
+        vol=wildcards.vol,
+        block=range(len(SWEEP_BLOCKS[wildcards.vol])),
+    )
 
 
 def orientation_block_files(wildcards):
-    return expand("results/{vol}/sweep/{block}.orientation.zarr", vol=wildcards.vol,
-                  block=range(len(SWEEP_BLOCKS[wildcards.vol])))
+    return expand(
+        "results/{vol}/sweep/{block}.orientation.zarr",
+        vol=wildcards.vol,
+        block=range(len(SWEEP_BLOCKS[wildcards.vol])),
+    )
 
 
 def chunk_grid(vol):
     """(i, j, k) shard index of every thickness chunk: chunks are the store's shards."""
     chunk = THICKNESS_CHUNK[vol]
-    return [tuple(s.start // c for s, c in zip(t.core, chunk)) for t in plan_tiles(SHAPES[vol], chunk)]
+    return [
+        tuple(s.start // c for s, c in zip(t.core, chunk))
+        for t in plan_tiles(SHAPES[vol], chunk)
+    ]
 
 
 def thickness_chunk_files(wildcards):
-    return [f"results/{wildcards.vol}/thickness/chunks/{i}_{j}_{k}.npz"
-            for i, j, k in chunk_grid(wildcards.vol)]
+    return [
+        f"results/{wildcards.vol}/thickness/chunks/{i}_{j}_{k}.npz"
+        for i, j, k in chunk_grid(wildcards.vol)
+    ]
 
 
 def thickness_shard_files(wildcards):
-    return [f"results/{wildcards.vol}/thickness.zarr/0/c/{i}/{j}/{k}"
-            for i, j, k in chunk_grid(wildcards.vol)]
+    return [
+        f"results/{wildcards.vol}/thickness.zarr/0/c/{i}/{j}/{k}"
+        for i, j, k in chunk_grid(wildcards.vol)
+    ]
 
 
 def sweep_mem_mb(wildcards, attempt):
@@ -145,8 +169,10 @@ def figures(vol):
     if ORIENTATION:
         out.append(f"results/{vol}/plots/orientation_slice.png")
     if THICKNESS["enabled"]:
-        out += [f"results/{vol}/plots/thickness_histogram.png",
-                f"results/{vol}/plots/thickness_slice.png"]
+        out += [
+            f"results/{vol}/plots/thickness_histogram.png",
+            f"results/{vol}/plots/thickness_slice.png",
+        ]
     return out
 
 
@@ -159,7 +185,10 @@ def all_outputs():
         if ORIENTATION:
             outputs.append(store(f"results/{vol}/orientation.zarr"))
         if THICKNESS["enabled"]:
-            outputs += [f"results/{vol}/thickness.nc", store(f"results/{vol}/thickness.zarr")]
+            outputs += [
+                f"results/{vol}/thickness.nc",
+                store(f"results/{vol}/thickness.zarr"),
+            ]
         outputs += figures(vol)
     if SWEEP["enabled"]:
         outputs.append("results/summary/sweep.nc")

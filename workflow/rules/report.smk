@@ -51,12 +51,12 @@ rule plot_orientation:
             category="Sweep",
             subcategory="{vol}",
         ),
-    params:
-        axis=REPORT["slice_axis"],
     log:
         "logs/{vol}/plot_orientation.log",
     conda:
         ENV
+    params:
+        axis=REPORT["slice_axis"],
     script:
         "../scripts/plot_orientation.py"
 
@@ -79,11 +79,11 @@ rule plot_thickness:
             category="Local thickness",
             subcategory="{vol}",
         ),
-    params:
-        axis=REPORT["slice_axis"],
     log:
         "logs/{vol}/plot_thickness.log",
     conda:
         ENV
+    params:
+        axis=REPORT["slice_axis"],
     script:
         "../scripts/plot_thickness.py"

@@ -8,10 +8,25 @@ rule sweep:
     input:
         unpack(sweep_inputs),
     output:
+        **(
+            {"orientation": store("results/{vol}/orientation.zarr")}
+            if ORIENTATION
+            else {}
+        ),
         nc="results/{vol}/sweep.nc",
-        **({"orientation": store("results/{vol}/orientation.zarr")} if ORIENTATION else {}),
+    log:
+        "logs/{vol}/sweep.log",
+    benchmark:
+        "logs/{vol}/sweep.benchmark.tsv"
     wildcard_constraints:
         vol=SWEEP_WHOLE,
+    retries: RETRIES
+    conda:
+        ENV
+    threads: SWEEP_THREADS
+    resources:
+        gpu=USES_GPU,
+        mem_mb=sweep_mem_mb,
     params:
         theta=THETA.tolist(),
         phi=PHI.tolist(),
@@ -19,17 +34,6 @@ rule sweep:
         device=config["device"],
         device_memory_mb=config["device_memory_mb"],
         provenance=PROVENANCE,
-    log:
-        "logs/{vol}/sweep.log",
-    benchmark:
-        "logs/{vol}/sweep.benchmark.tsv"
-    threads: SWEEP_THREADS
-    retries: RETRIES
-    resources:
-        gpu=USES_GPU,
-        mem_mb=sweep_mem_mb,
-    conda:
-        ENV
     script:
         "../scripts/sweep.py"
 
@@ -38,14 +42,29 @@ rule sweep_block:
     input:
         unpack(sweep_inputs),
     output:
-        nc="results/{vol}/sweep/{block}.nc",
         **(
-            {"orientation": temp(directory("results/{vol}/sweep/{block}.orientation.zarr"))}
+            {
+                "orientation": temp(
+                    directory("results/{vol}/sweep/{block}.orientation.zarr")
+                )
+            }
             if ORIENTATION
             else {}
         ),
+        nc="results/{vol}/sweep/{block}.nc",
+    log:
+        "logs/{vol}/sweep/{block}.log",
+    benchmark:
+        "logs/{vol}/sweep/{block}.benchmark.tsv"
     wildcard_constraints:
         vol=SWEEP_SPLIT,
+    retries: RETRIES
+    conda:
+        ENV
+    threads: SWEEP_THREADS
+    resources:
+        gpu=USES_GPU,
+        mem_mb=sweep_mem_mb,
     params:
         theta=block_theta,
         theta_offset=block_theta_offset,
@@ -54,16 +73,5 @@ rule sweep_block:
         device=config["device"],
         device_memory_mb=config["device_memory_mb"],
         provenance=PROVENANCE,
-    log:
-        "logs/{vol}/sweep/{block}.log",
-    benchmark:
-        "logs/{vol}/sweep/{block}.benchmark.tsv"
-    threads: SWEEP_THREADS
-    retries: RETRIES
-    resources:
-        gpu=USES_GPU,
-        mem_mb=sweep_mem_mb,
-    conda:
-        ENV
     script:
         "../scripts/sweep.py"

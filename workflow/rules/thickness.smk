@@ -10,22 +10,22 @@ rule thickness:
     output:
         zarr=store("results/{vol}/thickness.zarr"),
         nc="results/{vol}/thickness.nc",
-    wildcard_constraints:
-        vol=THICKNESS_WHOLE,
-    params:
-        thickness=THICKNESS,
-        device=config["device"],
-        provenance=PROVENANCE,
     log:
         "logs/{vol}/thickness.log",
     benchmark:
         "logs/{vol}/thickness.benchmark.tsv"
+    wildcard_constraints:
+        vol=THICKNESS_WHOLE,
     retries: RETRIES
+    conda:
+        ENV
     resources:
         gpu=USES_GPU,
         mem_mb=thickness_mem_mb,
-    conda:
-        ENV
+    params:
+        thickness=THICKNESS,
+        device=config["device"],
+        provenance=PROVENANCE,
     script:
         "../scripts/thickness.py"
 
@@ -35,21 +35,22 @@ rule thickness_rmax:
         volume=store("results/{vol}/volume.zarr"),
     output:
         "results/{vol}/thickness/rmax.json",
-    wildcard_constraints:
-        vol=THICKNESS_SPLIT,
-    params:
-        thickness=THICKNESS,
-        device=config["device"],
     log:
         "logs/{vol}/thickness/rmax.log",
     benchmark:
         "logs/{vol}/thickness/rmax.benchmark.tsv"
+    wildcard_constraints:
+        vol=THICKNESS_SPLIT,
     retries: RETRIES
-    resources:
-        gpu=USES_GPU,
-        mem_mb=lambda wildcards, attempt: attempt * int(4 * volume_nbytes(wildcards.vol) / MB + 512),
     conda:
         ENV
+    resources:
+        gpu=USES_GPU,
+        mem_mb=lambda wildcards, attempt: attempt
+        * int(4 * volume_nbytes(wildcards.vol) / MB + 512),
+    params:
+        thickness=THICKNESS,
+        device=config["device"],
     script:
         "../scripts/thickness_rmax.py"
 
@@ -59,15 +60,15 @@ rule thickness_store:
         volume=store("results/{vol}/volume.zarr"),
     output:
         store("results/{vol}/thickness.zarr"),
+    log:
+        "logs/{vol}/thickness/store.log",
     wildcard_constraints:
         vol=THICKNESS_SPLIT,
+    conda:
+        ENV
     params:
         chunks=config["storage"]["chunks"],
         chunk=lambda wildcards: THICKNESS_CHUNK[wildcards.vol],
-    log:
-        "logs/{vol}/thickness/store.log",
-    conda:
-        ENV
     script:
         "../scripts/thickness_store.py"
 
@@ -80,24 +81,25 @@ rule thickness_chunk:
     output:
         shard="results/{vol}/thickness.zarr/0/c/{i}/{j}/{k}",
         counts="results/{vol}/thickness/chunks/{i}_{j}_{k}.npz",
+    log:
+        "logs/{vol}/thickness/chunks/{i}_{j}_{k}.log",
+    benchmark:
+        "logs/{vol}/thickness/chunks/{i}_{j}_{k}.benchmark.tsv"
     wildcard_constraints:
         vol=THICKNESS_SPLIT,
         i=r"\d+",
         j=r"\d+",
         k=r"\d+",
+    retries: RETRIES
+    conda:
+        ENV
+    resources:
+        gpu=USES_GPU,
+        mem_mb=lambda wildcards, attempt: attempt
+        * int(8 * volume_nbytes(wildcards.vol) / MB + 512),
     params:
         chunk=lambda wildcards: THICKNESS_CHUNK[wildcards.vol],
         thickness=THICKNESS,
         device=config["device"],
-    log:
-        "logs/{vol}/thickness/chunks/{i}_{j}_{k}.log",
-    benchmark:
-        "logs/{vol}/thickness/chunks/{i}_{j}_{k}.benchmark.tsv"
-    retries: RETRIES
-    resources:
-        gpu=USES_GPU,
-        mem_mb=lambda wildcards, attempt: attempt * int(8 * volume_nbytes(wildcards.vol) / MB + 512),
-    conda:
-        ENV
     script:
         "../scripts/thickness_chunk.py"

@@ -1,9 +1,9 @@
 # Snakemake script (`snakemake` is injected): log to log[0], then one package call.
-from volsweep import pipeline
-from volsweep.runner import run_script
+from volsweep.steps import sweep as step
+from volsweep.steps.runner import run_script
 
 p, w = snakemake.params, snakemake.wildcards
-run_script(pipeline.sweep, snakemake, volume_zarr=snakemake.input.volume, out_nc=snakemake.output.nc,
+run_script(step.sweep, snakemake, volume_zarr=snakemake.input.volume, out_nc=snakemake.output.nc,
            theta=p.theta, phi=p.phi, sweep=p.sweep, device=p.device, provenance=p.provenance,
            device_memory_mb=p.device_memory_mb, thickness_nc=snakemake.input.get("thickness"),
            orientation_zarr=snakemake.output.get("orientation"),

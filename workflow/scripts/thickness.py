@@ -1,8 +1,8 @@
 # Snakemake script (`snakemake` is injected): log to log[0], then one package call.
-from volsweep import pipeline
-from volsweep.runner import run_script
+from volsweep.steps import thickness as step
+from volsweep.steps.runner import run_script
 
 p = snakemake.params
-run_script(pipeline.thickness, snakemake, volume_zarr=snakemake.input.volume,
+run_script(step.thickness, snakemake, volume_zarr=snakemake.input.volume,
            out_zarr=snakemake.output.zarr, out_nc=snakemake.output.nc, thickness=p.thickness,
            device=p.device, provenance=p.provenance, name=snakemake.wildcards.vol)

@@ -1,8 +1,8 @@
 # Snakemake script (`snakemake` is injected): log to log[0], then one package call.
-from volsweep import pipeline
-from volsweep.runner import run_script
+from volsweep.steps import thickness as step
+from volsweep.steps.runner import run_script
 
 p = snakemake.params
-run_script(pipeline.thickness_rmax, snakemake, volume_zarr=snakemake.input.volume,
+run_script(step.thickness_rmax, snakemake, volume_zarr=snakemake.input.volume,
            out_json=snakemake.output[0], thickness=p.thickness, device=p.device,
            name=snakemake.wildcards.vol)

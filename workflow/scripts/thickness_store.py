@@ -1,7 +1,7 @@
 # Snakemake script (`snakemake` is injected): log to log[0], then one package call.
-from volsweep import pipeline
-from volsweep.runner import run_script
+from volsweep.steps import thickness as step
+from volsweep.steps.runner import run_script
 
 p = snakemake.params
-run_script(pipeline.create_thickness_store, snakemake, volume_zarr=snakemake.input.volume,
+run_script(step.create_thickness_store, snakemake, volume_zarr=snakemake.input.volume,
            out_zarr=snakemake.output[0], chunks=p.chunks, chunk=p.chunk)

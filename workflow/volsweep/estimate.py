@@ -6,14 +6,14 @@ with one line naming the key; the rest is logged, one line per volume.
 
 The model (docs/definitions.md for the wavelet and its halo):
 
-- the sweep's halo per axis is :func:`volsweep.wavelet.halo_for` of ``a``,
+- the sweep's halo per axis is :func:`volsweep.engine.wavelet.halo_for` of ``a``,
   ``xi``, ``truncate`` and the spacing, and a job's memory is
   :func:`volsweep.engine.memory_needs` (the untiled need, and the smallest
   tile's: one voxel plus its halo, below which no tiling helps) plus the
   float32 volume the job reads;
 - the spectrum of a kernel narrower than a voxel sums aliased images: their
   count per frequency is ``Π_d (2 G_d + 1)`` with ``G_d`` from
-  :func:`volsweep.wavelet.image_counts` (computed here in closed form);
+  :func:`volsweep.engine.wavelet.image_counts` (computed here in closed form);
 - compute is counted in voxel-kernels: kernels × voxels of the padded FFT shape;
 - thickness jobs hold up to eight float32 copies of the volume (the rules' own
   memory request), and there is one per ``thickness.chunk``.
@@ -79,14 +79,14 @@ def _size(nbytes: float) -> str:
 
 
 def alias_images(a: float, xi: float, spacing) -> tuple[int, int, int]:
-    """Largest aliased image index per axis, as :func:`volsweep.wavelet.image_counts`, in O(1).
+    """Largest aliased image index per axis, as :func:`volsweep.engine.wavelet.image_counts`, in O(1).
 
     Examples
     --------
     >>> alias_images(1.0, 0.5, (1, 1, 1))
     (2, 2, 2)
     """
-    from volsweep.wavelet import P_CUT
+    from volsweep.engine.wavelet import P_CUT
 
     a_eff = a * min(float(xi), 1.0)
     out = []
@@ -115,7 +115,7 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
     (2, 64)
     """
     from volsweep.config import angle_values
-    from volsweep.wavelet import DEFAULT_TRUNCATE
+    from volsweep.engine.wavelet import DEFAULT_TRUNCATE
 
     shape = tuple(int(n) for n in shape)
     est = VolumeEstimate(name=name, shape=shape)
@@ -130,7 +130,7 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
         truncate = DEFAULT_TRUNCATE if sweep.get("truncate") is None else float(sweep["truncate"])
         est.kernels = len(theta) * len(phi) * len(xi) * len(scales)
         if est.kernels <= _EXACT_HALO_POINTS:
-            from volsweep.wavelet import halo_for
+            from volsweep.engine.wavelet import halo_for
 
             halo = np.max([halo_for(float(a), xi, theta, phi, spacing, truncate) for a in scales], axis=0)
         else:  # the bound over every direction: a·max(ξ, 1) along each axis

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from volsweep import wavelet
+from volsweep.engine import wavelet
 from volsweep.tiling import fast_shape
 
 #: Seconds per kernel per voxel of the FFT shape: about 1.15 inverse real FFTs.
@@ -59,7 +59,7 @@ def sweep_estimate(shape, theta, phi, xi, *, a, spacing=(1, 1, 1), truncate=None
     a : float
     spacing : 3 floats
     truncate : float, optional
-        The engine's truncation (default :data:`volsweep.wavelet.DEFAULT_TRUNCATE`).
+        The engine's truncation (default :data:`volsweep.engine.wavelet.DEFAULT_TRUNCATE`).
     device : {'cpu', 'cuda'}
     threads : int
         CPU threads of the job.

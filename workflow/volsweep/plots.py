@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from volsweep.wavelet import axis_vector  # noqa: E402
+from volsweep.engine.wavelet import axis_vector  # noqa: E402
 
 DPI = 110
 AXES = ("x", "y", "z")
@@ -430,7 +430,7 @@ def _density_panels(ds):
     if "orientation_density" in ds:
         dens = ds["orientation_density"]
     elif "energy" in ds and "wavelet_energy" in ds:
-        from volsweep.products import orientation_families
+        from volsweep.engine.products import orientation_families
 
         fam = orientation_families(ds)
         dens = fam["orientation_density"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from volsweep.wavelet import axis_vector
+from volsweep.engine.wavelet import axis_vector
 
 
 def fibre_direction(theta: float, phi: float) -> np.ndarray:
     """Unit axis u(θ, φ) of a fibre, components first: shape ``(3, ...)``.
 
-    The same axis as :func:`volsweep.wavelet.axis_vector`, whose components are last.
+    The same axis as :func:`volsweep.engine.wavelet.axis_vector`, whose components are last.
 
     Examples
     --------

@@ -95,7 +95,7 @@ def merge_sweep_blocks(paths, *, unit=None, provenance=None) -> xr.Dataset:
     >>> merge_sweep_blocks.__name__
     'merge_sweep_blocks'
     """
-    from volsweep.products import annotate
+    from volsweep.engine.products import annotate
 
     blocks = [open_netcdf(p) for p in paths]
     theta_vars = [v for v in blocks[0].data_vars if "theta" in blocks[0][v].dims]

@@ -47,8 +47,8 @@ def _kernels():
 
 
 # Work arrays reused from call to call (per thread, one set for the last shape): a fresh
-# 125 MB array costs about 0.1 s of page faults at 250^3, and callers in a loop (the
-# simulated-annealing user) call with one shape.  Only arrays that never leave a call
+# 125 MB array costs about 0.1 s of page faults at 250^3, and callers in a loop (an
+# optimisation calling ~10^5 times) call with one shape.  Only arrays that never leave a call
 # (the intermediate distance pass, the prune mask) live here.
 _SCRATCH = threading.local()
 

@@ -3,7 +3,7 @@
 A :class:`Partial` holds, per kernel, the voxel count, Σ G, Σ G², max G and
 min G over some voxels.  Partials of disjoint voxel sets merge exactly (sums
 in float64, in the order given: merging is deterministic), and
-:func:`finalize` turns one into the DESIGN.md statistics.
+:func:`finalize` turns one into the statistics of docs/definitions.md.
 
 Examples
 --------
@@ -86,7 +86,7 @@ def merge(parts) -> Partial:
 
 
 def finalize(p: Partial, stats=STATS) -> dict[str, np.ndarray]:
-    """DESIGN.md statistics of a partial: energy Σ G², population std, max, mean, min."""
+    """The statistics (docs/definitions.md) of a partial: energy Σ G², population std, max, mean, min."""
     stats = check_stats(stats)
     n = float(p.count)
     mean = p.sum / n

@@ -1,8 +1,8 @@
 """The FFT-cached (a, θ, φ, ξ) sweep: the facade over the CPU and GPU engines.
 
-This module validates the inputs, builds the kernel set (:mod:`volsweep._plan`), plans
-the blocks, runs them on one engine (:class:`volsweep._engine_cpu.CpuEngine` or
-:class:`volsweep._engine_gpu.GpuEngine`, which share one small interface) and
+This module validates the inputs, builds the kernel set (:mod:`volsweep.engine._plan`), plans
+the blocks, runs them on one engine (:class:`volsweep.engine._cpu.CpuEngine` or
+:class:`volsweep.engine._gpu.GpuEngine`, which share one small interface) and
 assembles the Dataset.  Per block, on the engine:
 
 1. the volume, padded by the boundary mode to a fast FFT shape, is transformed once;
@@ -12,7 +12,7 @@ assembles the Dataset.  Per block, on the engine:
    ``orientation_map`` the update of the per-voxel running maximum (kept in the
    engine's memory across all kernels of the call);
 3. partial statistics stay on the device until the block ends, then merge in a fixed
-   order (:mod:`volsweep.stats`).
+   order (:mod:`volsweep.engine.stats`).
 
 In ``wrap`` mode an axis whose length is a fast FFT size is transformed at its own
 period (exact for any kernel size, no halo).  With ``wrap`` and only
@@ -28,12 +28,12 @@ import time
 
 import numpy as np
 
-from . import backend as _be
+from volsweep import backend as _be
 from . import wavelet as _wv
 from ._plan import (ORIENTATION_RULES, Block, Job, KernelSet, gaussian_taps, make_blocks,  # noqa: F401
                     taps_halo, unique_kernels, unravel_argmax)
 from .stats import STATS, check_stats, finalize, merge
-from .tiling import MODES, fast_shape, tile_shape_for_budget
+from volsweep.tiling import MODES, fast_shape, tile_shape_for_budget
 
 log = logging.getLogger("volsweep")
 
@@ -151,7 +151,7 @@ def _halo(a_vals, xi, theta, phi, spacing, truncate, sigmas=None) -> tuple[int, 
 def _versions(device: str) -> dict:
     import scipy
 
-    from . import __version__
+    from volsweep import __version__
 
     out = {"numpy_version": np.__version__, "scipy_version": scipy.__version__,
            "volsweep_version": __version__}
@@ -227,7 +227,7 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
 #: inverse FFT with its spectrum and statistics (``irfft``, the slope over 3 sizes) and the
 #: per-kernel intercept (``per_kernel``); per padded voxel of the Parseval path; per core
 #: voxel and Gaussian tap of the local-energy map.  Measured with
-#: ``benchmarks/bench_sweep.py --cost`` (NOTES_sweep.md): CPU on the 2-core development
+#: ``benchmarks/bench_sweep.py --cost`` (docs/benchmarks/sweep.md): CPU on the 2-core development
 #: machine (64³–128³, shared, ±50%), GPU on an NVIDIA H200 (128³–256³; its Parseval
 #: and local-energy times were launch-bound at these sizes and are rough).
 COST_CONSTANTS = {
@@ -291,10 +291,10 @@ def sweep_cost(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect
 
 def _engine(dev):
     if dev == "cuda":
-        from ._engine_gpu import GpuEngine
+        from ._gpu import GpuEngine
 
         return GpuEngine()
-    from ._engine_cpu import CpuEngine
+    from ._cpu import CpuEngine
 
     return CpuEngine()
 
@@ -315,7 +315,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     a : float or 1D sequence of floats
         Scale (> 0), in the units of ``spacing``.  A sequence adds an ``a`` dimension
         (first) to the statistics and, with ``orientation_map``, a per-voxel best scale
-        ``argmax_a``.  :func:`volsweep.orientation.scale_from_thickness` derives it
+        ``argmax_a``.  :func:`volsweep.engine.orientation.scale_from_thickness` derives it
         from a local-thickness distribution.
     spacing : 3 floats
         Physical size of a voxel along x, y, z.
@@ -349,7 +349,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         default all.  The statistics still cover every scale.  Larger scales win the
         comparison where fibres cross or near the faces, so a bounded volume's map is
         best at ``MAP_SCALE_PER_RADIUS`` while the dominant direction wants
-        ``SCALE_PER_RADIUS`` (:mod:`volsweep.orientation`): one call with
+        ``SCALE_PER_RADIUS`` (:mod:`volsweep.engine.orientation`): one call with
         ``a=[map_a, stats_a], orientation_a=map_a`` gives both.
     orientation_rule : {'local_energy', 'response'}
         ``'local_energy'``: per voxel, the ξ ≠ 1 kernel whose local energy

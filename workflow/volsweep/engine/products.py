@@ -61,7 +61,7 @@ VAR_ATTRS = {
     "argmax_a": {**_INDEX, "long_name": "a index of the voxel's best scale", "coordinate": "a"},
     "orientation_votes": {"units": "1", "long_name": "sum of local_energy_max over the voxels whose orientation is this grid point",
                           "comment": "of one sweep's grid; for a grid swept in blocks, recompute from the merged "
-                                     "orientation map (volsweep.orientation.votes_from_map)"},
+                                     "orientation map (volsweep.engine.orientation.votes_from_map)"},
     "vote_density": {"units": "sr-1", "long_name": "per-voxel orientation density on the sphere of axes (votes over all xi and a)"},
     "vote_family_theta": {"units": "radian", "long_name": "theta of a fibre family of the per-voxel orientations"},
     "vote_family_phi": {"units": "radian", "long_name": "phi of a fibre family of the per-voxel orientations"},
@@ -102,7 +102,7 @@ def dominant_orientation(ds: xr.Dataset) -> xr.Dataset:
 
     Ties go to the first (θ, φ) in C order, as :func:`numpy.argmax` does.
     ``dominant_theta_refined``/``dominant_phi_refined`` are the sub-grid axis of that maximum
-    (:func:`volsweep.orientation.refine_peak`).  At ξ = 1 the wavelet is isotropic: the
+    (:func:`volsweep.engine.orientation.refine_peak`).  At ξ = 1 the wavelet is isotropic: the
     directions are NaN and the indices −1.
 
     Examples

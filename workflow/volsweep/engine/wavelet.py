@@ -1,6 +1,6 @@
 """The stretched Mexican-hat wavelet: sampled kernel, sampled spectrum, halos.
 
-Definitions (DESIGN.md): for the unit axis ``u(θ, φ) = (cos φ cos θ, −sin θ,
+Definitions (docs/definitions.md): for the unit axis ``u(θ, φ) = (cos φ cos θ, −sin θ,
 sin φ cos θ)``, ``t = u·r``, scale ``a`` and elongation ``ξ``::
 
     q(r) = (|r|² − t²)/a² + t²/(aξ)²        ψ(r) = (3 − q) exp(−q/2)
@@ -28,11 +28,11 @@ import math
 
 import numpy as np
 
-from .validation import check_positive, check_spacing  # noqa: F401 (re-exported)
+from volsweep.validation import check_positive, check_spacing  # noqa: F401 (re-exported)
 
 #: Relative (to the spectrum's peak) size below which an aliased image is dropped.
 ALIAS_TOL = 1e-8
-#: Truncation of the reference kernel, in units of the Gaussian envelope (DESIGN.md).
+#: Truncation of the reference kernel, in units of the Gaussian envelope (docs/definitions.md).
 REFERENCE_TRUNCATE = 8.0
 #: Default truncation of the engine's halo (q ≥ truncate² outside the halo box).
 DEFAULT_TRUNCATE = 7.0
@@ -129,7 +129,7 @@ def sample_kernel(a: float, theta: float, phi: float, xi: float, spacing=(1, 1, 
 
 
 def wavelet_energy(a: float, xi, spacing=(1, 1, 1)) -> np.ndarray:
-    """Σ ψ² of the sampled kernel at θ = φ = 0 (DESIGN.md ``wavelet_energy``), per ξ.
+    """Σ ψ² of the sampled kernel at θ = φ = 0 (``wavelet_energy`` of docs/definitions.md), per ξ.
 
     Summed over the box where ``q ≤ 8²`` can hold (the rest is below 1e-25 of it).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from volsweep.io import datasets
 from volsweep.io import orientation as orientation_store
 from volsweep.io.store import open_store
-from volsweep.pipeline import store_root
+from volsweep.steps._common import store_root
 
 
 def _volume(volume_zarr):

@@ -1,10 +1,10 @@
 """Numba kernels of the CPU sweep engine (compiled once, cached on disk).
 
 Per kernel the engine needs, over the rfft half spectrum ``(nx, ny, nz//2+1)``, the
-sampled spectrum (the aliased sum of :mod:`volsweep.wavelet`), multiplied into the
+sampled spectrum (the aliased sum of :mod:`volsweep.engine.wavelet`), multiplied into the
 image spectrum, then statistics of the inverse FFT over the core voxels.
 
-Speed (a 2-core CPU is the target machine; figures in benchmarks/NOTES_sweep.md):
+Speed (a 2-core CPU is the target machine; figures in docs/benchmarks/sweep.md):
 
 * The spectrum is computed one rfft row ``(kx, ky, ·)`` at a time.  Pruning is exact
   (terms with ``p = ωᵀMω ≥ p_cut`` are dropped): the images of x are bounded by
@@ -44,7 +44,7 @@ from numba.extending import intrinsic
 from . import _plan
 from ._plan import A2, C, DWX, DWY, DWZ, GX, GY, GZ, NP, PCUT, PERX, PERY, PERZ, SCALE, UX, UY, UZ
 from .stats import Partial
-from .tiling import read_block
+from volsweep.tiling import read_block
 
 _F = np.float32
 _I = np.int32
@@ -105,7 +105,7 @@ def fexp(x):
 def spectrum_row(fx, fy, nzh, P, acc, WZ):
     """``acc[kz] = Σ_g p·exp(−p/2)`` along the rfft row at signed indices (fx, fy), unscaled.
 
-    ``P`` is one float32 row of :func:`volsweep._plan.kernel_table`; ``acc`` is
+    ``P`` is one float32 row of :func:`volsweep.engine._plan.kernel_table`; ``acc`` is
     float32 of a length ``≥ nzh`` that is a multiple of ``LANES`` (entries past ``nzh``
     are scratch); ``WZ[iz + gz, kz]`` holds ω_z of image ``iz`` (same length,
     :func:`z_table`).  ξ = 1 has a faster, separable path (:func:`sep_table`).
@@ -482,7 +482,7 @@ def kernels() -> CpuKernels:
 class CpuEngine:
     """NumPy/scipy.fft (float32, all workers) with numba-fused spectrum and statistics.
 
-    The interface shared with :class:`volsweep._engine_gpu.GpuEngine`: ``name``,
+    The interface shared with :class:`volsweep.engine._gpu.GpuEngine`: ``name``,
     ``sync()``, ``default_budget()`` and ``run_block(volume, block, job, progress)`` →
     ``(Partial, orientation)`` where ``orientation`` is None or a dict of core-shaped
     arrays: ``response_max``, ``arg`` (unique-kernel index) and, for the local-energy

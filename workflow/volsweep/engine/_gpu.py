@@ -20,13 +20,13 @@ from cupy.cuda import cufft
 from . import _plan
 from ._plan import A2, C, DWX, DWY, DWZ, GX, GY, GZ, PERX, PERY, PERZ
 from .stats import Partial
-from .tiling import read_block
+from volsweep.tiling import read_block
 
 THREADS = 256
 #: Parseval path: kernels per launch of the general (ξ ≠ 1) kernel (its z images pruned
 #: to one range per row block), kernels per launch of the separable ξ = 1 kernel, and
 #: resident waves of blocks per launch.  Chosen on an H200 with
-#: benchmarks/bench_parseval.py (NOTES_sweep.md).
+#: benchmarks/bench_parseval.py (docs/benchmarks/sweep.md).
 PARSEVAL_KB = 2
 PARSEVAL_ISO_KB = 8
 PARSEVAL_WAVES = 4
@@ -529,7 +529,7 @@ class GpuEngine:
         return 0.85 * (free + cp.get_default_memory_pool().free_bytes())
 
     def run_block(self, volume, block, job, progress):
-        """One block: ``(Partial, orientation)`` as :meth:`volsweep._engine_cpu.CpuEngine.run_block`."""
+        """One block: ``(Partial, orientation)`` as :meth:`volsweep.engine._cpu.CpuEngine.run_block`."""
         N = tuple(int(n) for n in block.fft_shape)
         nx, ny, nz = N
         nzh = nz // 2 + 1

@@ -2,7 +2,7 @@
 
 Nothing here depends on a backend: :mod:`volsweep.engine` (the facade) builds a
 :class:`Job` per call and a list of :class:`Block` s, and each engine
-(:mod:`volsweep._engine_cpu`, :mod:`volsweep._engine_gpu`) runs ``run_block(volume,
+(:mod:`volsweep.engine._cpu`, :mod:`volsweep.engine._gpu`) runs ``run_block(volume,
 block, job, progress)``.  The per-kernel spectrum constants are one float table whose
 columns are named (:data:`COLUMNS`); the numba kernels index it through the module
 constants below and the CUDA source through the ``#define`` s of :func:`cuda_defines`.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import wavelet as _wv
-from .tiling import next_fast_len, plan_tiles
+from volsweep.tiling import next_fast_len, plan_tiles
 
 # ----------------------------------------------------------------------------- kernel table
 #: Columns of the kernel table (:func:`kernel_table`), in order.
@@ -306,7 +306,7 @@ def unravel_argmax(arg, rep, grid, out, slab_voxels: int = 1 << 24):
     Runs where ``arg`` lives (NumPy or CuPy), in x-slabs of ``slab_voxels`` voxels, in
     int32: a GPU map crosses to the host as uint16 arrays (2 bytes a voxel and axis).
     """
-    from . import backend as _be
+    from volsweep import backend as _be
 
     xp = _be.get_array_module(arg)
     rep_d = xp.asarray(rep.astype(np.int32))

@@ -1,0 +1,59 @@
+"""Rule ingest: any input format becomes ``results/{vol}/volume.zarr``."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from volsweep.io.readers import VolumeError, open_volume, source_sha256, volume_where
+from volsweep.io.store import ingest
+from volsweep.steps._common import MB, store_root
+
+log = logging.getLogger("volsweep")
+
+
+def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: float,
+                  phase: dict | None = None):
+    """Rule ingest: any input format becomes ``results/{vol}/volume.zarr``.
+
+    With ``phase`` (the config's ``thickness`` section, when thickness runs),
+    the phase rule is resolved first (an ``otsu``/``li``/``yen`` threshold from
+    a histogram streamed from the input), checked (an empty or full phase
+    stops here, before any store is written; under 1% or over 95% warns), and
+    recorded in the store's attrs as ``phase`` for the thickness jobs.
+    """
+    from volsweep.phase import check_phase, value_range
+
+    source = open_volume(entry, name, memory_budget=buffer_mb * MB)
+    lo, hi = value_range(source)
+    if lo == hi:
+        raise VolumeError(f"{volume_where(entry, name)}: every voxel is {lo}: a constant volume "
+                          "has no structure to sweep or measure")
+    rule = None
+    if phase is not None:
+        rule = check_phase(source, name, threshold=phase["threshold"], label=phase["label"],
+                           invert=phase["invert"])
+        if rule["warning"]:
+            log.warning("%s", rule["warning"])
+        log.info("ingest %s: phase %s, %.4f of the volume", name, rule, rule["phase_fraction"])
+    spacing = [float(s) for s in getattr(source, "spacing", entry["spacing"])]
+    unit = getattr(source, "unit", None) or entry.get("unit")
+    axes = getattr(source, "axes", "xyz")
+    attrs = {
+        "name": name,
+        "spacing": spacing,
+        "shape": [int(n) for n in source.shape],
+        "source": entry.get("path", "synthetic"),
+        "format": entry.get("format", "synthetic"),
+        "source_dtype": str(np.dtype(source.dtype)),
+        "source_sha256": source_sha256(entry, source),
+        "value_range": [lo, hi],
+        "file_axes": axes,
+        "axes_from_file": {c: axes.index(c) for c in "xyz"},
+        **({"unit": unit} if unit else {}),
+        **({"phase": rule} if rule else {}),
+    }
+    ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=buffer_mb * MB,
+           attrs=attrs, name=name, spacing=spacing, unit=unit,
+           where=volume_where(entry, name))

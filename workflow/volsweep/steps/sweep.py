@@ -1,0 +1,171 @@
+"""Rules sweep, sweep_block, aggregate_sweep and orientation_map.
+
+A volume's whole grid is one job that writes ``sweep.nc`` and
+``orientation.zarr``; a split grid writes one part per θ block, merged here
+(statistics in block order, orientation maps by :mod:`volsweep.io.orientation`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import numpy as np
+
+from volsweep.io import datasets
+from volsweep.io import orientation as orientation_store
+from volsweep.io.complete import require_complete
+from volsweep.steps._common import MB, open_volume_store, store_root, uses_gpu
+
+log = logging.getLogger("volsweep")
+
+
+def sweep_scales(a, thickness_nc=None):
+    """``(a, orientation_a)`` for the engine from the config's ``sweep.a``.
+
+    ``auto`` derives both from the phase's local-thickness distribution
+    (:func:`volsweep.engine.orientation.scale_from_thickness`): the statistics' scale
+    and the per-voxel map's scale; otherwise ``a`` as given, and the map uses
+    every scale.
+    """
+    if a != "auto":
+        return a, None
+    from volsweep.engine.orientation import MAP_SCALE_PER_RADIUS, scale_from_thickness
+
+    dist = datasets.open_netcdf(thickness_nc)
+    a_stats = float(scale_from_thickness(dist))
+    a_map = float(scale_from_thickness(dist, factor=MAP_SCALE_PER_RADIUS))
+    log.info("sweep: a = auto from the median thickness %.4g: a = %.4g (statistics), %.4g (map)",
+             float(dist["median"]), a_stats, a_map)
+    return sorted({a_map, a_stats}), a_map
+
+
+def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: dict,
+          device_memory_mb=None, thickness_nc=None, orientation_zarr=None, block=None,
+          theta_offset=0):
+    """Rules sweep and sweep_block: the statistics of a volume's grid, or of one θ block.
+
+    ``sweep`` is the config's ``sweep`` section (``a: auto`` reads
+    ``thickness_nc``).  The whole grid (``block`` None) writes the final
+    ``sweep.nc``, with its derived products and provenance; a block writes its
+    part for :func:`aggregate_sweep`.  With ``orientation_zarr``, also the
+    per-voxel orientation (:mod:`volsweep.io.orientation`), θ counted over the
+    whole grid (``theta_offset``).
+    """
+    from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
+
+    store, spacing = open_volume_store(volume_zarr)
+    volume = store[...]
+    a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
+    xi, truncate = sweep["xi"], sweep["truncate"]
+    omap = orientation_zarr is not None
+    kwargs = {"truncate": truncate} if truncate is not None else {}
+    kwargs.update(integration_scale=sweep.get("integration_scale"))
+    est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
+                     device="cuda" if uses_gpu(device) else "cpu", stats=tuple(sweep["stats"]),
+                     orientation_map=omap, **kwargs)
+    log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
+             est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
+    run = functools.partial(run_sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi),
+                            a=a, spacing=spacing, mode=sweep["mode"], stats=tuple(sweep["stats"]),
+                            device=device, progress=True, orientation_map=omap,
+                            orientation_a=orientation_a, unit=store.attrs.get("unit"), **kwargs)
+    untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
+                                     orientation_map=omap, **kwargs)
+    start = time.perf_counter()
+    limit = None if device_memory_mb is None else device_memory_mb * MB
+    ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
+    log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
+             est["seconds"])
+    if omap:
+        attrs = None if block is not None else _orientation_attrs(theta, phi, xi, provenance)
+        orientation_store.write(store_root(orientation_zarr), ds, theta_offset=theta_offset,
+                                chunks=store.chunks, shards=store.shards, spacing=spacing,
+                                attrs=attrs)
+    ds = ds.drop_vars([v for v in ds.data_vars if "x" in ds[v].dims])  # per-voxel: the store's
+    if block is None:
+        _write_sweep(ds, out_nc, store, provenance)
+    else:
+        # Votes count each voxel's winner: only the merged map knows it (aggregate_sweep).
+        ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
+        ds.attrs["block"] = int(block)
+        datasets.write_netcdf(ds, out_nc)
+
+
+def _write_sweep(ds, out_nc, store, provenance):
+    from volsweep.engine.products import with_products
+
+    ds = datasets.with_provenance(with_products(ds), provenance)
+    ds.attrs["source_sha256"] = store.attrs["source_sha256"]
+    datasets.write_netcdf(ds, out_nc)
+
+
+def _out_of_memory_errors() -> tuple:
+    errors = [MemoryError]
+    try:
+        from cupy.cuda.memory import OutOfMemoryError
+        errors.append(OutOfMemoryError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _sweep_halving_on_oom(run, limit, untiled, smallest):
+    """``run(memory_limit=limit)``, halving the limit after each out-of-memory error.
+
+    The engine tiles space under the limit and merges the tiles' float64
+    partial statistics in a fixed order, so a smaller limit changes only the
+    FFT rounding (tests hold tiled against untiled to 1e-6 relative).  Without
+    a limit, the first retry takes half the ``untiled`` need; the halving stops
+    with a :class:`MemoryError` below the ``smallest`` tile's need.
+    """
+    errors = _out_of_memory_errors()
+    while True:
+        try:
+            return run(memory_limit=limit)
+        except errors as exc:
+            limit = (untiled if limit is None else limit) / 2
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if limit < smallest:
+                raise MemoryError(f"sweep: out of memory ({reason}) and a 1-voxel tile with its "
+                                  f"halo needs {smallest} bytes") from exc
+            log.warning("sweep: out of memory (%s); retrying with memory_limit=%.0f bytes", reason, limit)
+
+
+def _orientation_attrs(theta, phi, xi, provenance):
+    return {"theta": list(map(float, theta)), "phi": list(map(float, phi)),
+            "xi": list(map(float, xi)), **provenance, "tie_rule": orientation_store.TIE_RULE}
+
+
+def merge_orientation(block_zarrs, out_zarr, *, theta, phi, xi, provenance: dict, threads=None):
+    """Rule orientation_map: the blocks' maps merged by maximum (ties: the earlier block)."""
+    orientation_store.merge([store_root(p) for p in block_zarrs], store_root(out_zarr),
+                            attrs=_orientation_attrs(theta, phi, xi, provenance), threads=threads)
+
+
+def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict, orientation_zarr=None):
+    """Rule aggregate_sweep: the blocks, in order, become ``results/{vol}/sweep.nc``.
+
+    With the merged ``orientation_zarr``, the per-voxel orientation votes are
+    counted from it (each voxel once, for its winning kernel).
+    """
+    require_complete(block_ncs, "sweep block")
+    store, _ = open_volume_store(volume_zarr)
+    ds = datasets.merge_sweep_blocks(block_ncs, unit=store.attrs.get("unit"))
+    if orientation_zarr is not None:
+        ds = _with_votes(ds, orientation_store.open_group(store_root(orientation_zarr)))
+    _write_sweep(ds, out_nc, store, provenance)
+
+
+def _with_votes(ds, group):
+    from volsweep.engine.orientation import votes_from_map
+
+    dims = [d for d in ("a", "theta", "phi", "xi") if d in ds.dims]
+    names = {d: f"argmax_{d}" for d in dims}
+    if orientation_store.CRITERION not in group or any(n not in group for n in names.values()):
+        return ds
+    grid = tuple(ds.sizes[d] for d in dims)
+    votes = votes_from_map(group[orientation_store.CRITERION][...],
+                           [group[names[d]][...] for d in dims], grid)
+    return ds.assign(orientation_votes=(tuple(dims), votes))
