@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent / "slurm"))
 
 from cluster import MIN_JOB_AGE, SlurmCluster, SlurmUnavailable, ensure_installed, sbatch_id  # noqa: E402
 from profiles import (  # noqa: E402
-    CPU_RULES, DEFAULT_PROFILE, GPU_RULES, SLURM_PROFILE, fitted_profile, load, write_profile)
+    CPU_RULES, DEFAULT_PROFILE, GPU_RULES, SLURM_PROFILE, SPLIT_GPU_RULES, fitted_profile, load,
+    write_profile)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "tests" / "configs" / "slurm.yaml"
@@ -145,6 +146,13 @@ def _zarr_arrays(path: Path) -> dict:
         f"{g}/{k}": v for g, sub in node.groups() for k, v in _zarr_arrays(path / g).items()}
 
 
+def _rule_of(comment: str) -> str:
+    """The rule of a SLURM job from its comment (``rule_<name>_wildcards_...``)."""
+    names = sorted((*GPU_RULES, *CPU_RULES), key=len, reverse=True)
+    return next((n for n in names if comment == f"rule_{n}" or comment.startswith(f"rule_{n}_")),
+                comment)
+
+
 def _compare_results(a: Path, b: Path):
     import xarray as xr
 
@@ -210,12 +218,12 @@ def test_workflow_on_slurm_equals_local(slurm, tmp_path):
     assert jobs and all(j["state"] == "COMPLETED" for j in jobs), jobs
     for job in jobs:
         assert job["mem"][0].isdigit() and int(job["mem"].rstrip("MGK")) > 0, job  # --mem
-        if any(rule in job["comment"] for rule in GPU_RULES):
+        if _rule_of(job["comment"]) in GPU_RULES:
             assert job["partition"] == "gpu" and job["tres"].endswith("gpu:1"), job
         else:
             assert job["partition"] == "main" and "gpu" not in job["tres"], job
-    for rule in (*GPU_RULES, *CPU_RULES):
-        assert any(rule in job["comment"] for job in jobs), f"no SLURM job of rule {rule}"
+    for rule in (*SPLIT_GPU_RULES, *CPU_RULES):
+        assert any(_rule_of(job["comment"]) == rule for job in jobs), f"no SLURM job of rule {rule}"
     assert sum("thickness_chunk" in j["comment"] for j in jobs) == 1  # 2 chunks, 1 group job
 
     _compare_results(on_slurm, local)

@@ -16,7 +16,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 SLURM_PROFILE = REPO / "workflow" / "profiles" / "slurm" / "profile.yaml"
 DEFAULT_PROFILE = REPO / "workflow" / "profiles" / "default" / "profile.yaml"
-GPU_RULES = ("sweep_block", "thickness_rmax", "thickness_chunk")
+GPU_RULES = ("sweep", "thickness", "sweep_block", "thickness_rmax", "thickness_chunk")
+#: The GPU rules of a volume split into blocks and chunks (tests/configs/slurm.yaml).
+SPLIT_GPU_RULES = ("sweep_block", "thickness_rmax", "thickness_chunk")
 CPU_RULES = ("ingest", "thickness_store", "aggregate_sweep", "aggregate_thickness", "summary")
 
 
