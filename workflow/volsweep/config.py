@@ -222,7 +222,15 @@ def _schema_line(err, blame) -> list[str]:
             return [f"{blame(parts, err.instance)}: {where}: give exactly one of {choices} "
                     f"(has: {', '.join(sorted(map(str, err.instance))) or 'nothing'})"]
         if err.context:
-            fitting = [e for e in err.context if e.validator != "type"] or err.context
+            def fits(e):  # the alternative made for this kind of value (a number, a list, ...)
+                alt = alts[e.schema_path[0]] if e.schema_path and isinstance(e.schema_path[0], int) else {}
+                types = alt.get("type")
+                types = [types] if isinstance(types, str) else types or []
+                checker = jsonschema.Draft202012Validator.TYPE_CHECKER
+                return not types or any(checker.is_type(err.instance, t) for t in types)
+
+            fitting = ([e for e in err.context if e.validator != "type" and fits(e)]
+                       or [e for e in err.context if e.validator != "type"] or err.context)
             sub = jsonschema.exceptions.best_match(fitting)
             return [f"{blame(list(sub.absolute_path), sub.instance)}: {_key_path(sub.absolute_path)} = "
                     f"{sub.instance!r}: {sub.message}"]
