@@ -199,3 +199,19 @@ def test_aggregation_names_missing_and_unwritten_chunks(root, reference, tmp_pat
     shard.unlink()
     with pytest.raises(IncompleteError, match=r"1 shard\(s\) never written: c/1/0/0"):
         aggregate_thickness(chunks, **kwargs)
+
+
+def test_truncated_intermediate_is_remade_and_results_stay_identical(root, reference):
+    """A cut-short sweep block (a full disk, a copy killed midway) is found at the start of
+    the next run and remade; the merged results come back identical."""
+    import shutil
+
+    work = root / "truncated"
+    shutil.copytree(reference[0], work)
+    block = work / "results" / "v" / "sweep" / "0.nc"
+    data = block.read_bytes()
+    block.write_bytes(data[: len(data) // 3])
+    out = run(work, "--cores", "1")
+    assert f"results/v/sweep/0.nc is unreadable (truncated or corrupt); it will be remade" in out.stderr
+    assert block.read_bytes() == data
+    assert_same_results(work, reference[0])
