@@ -212,6 +212,6 @@ def test_truncated_intermediate_is_remade_and_results_stay_identical(root, refer
     data = block.read_bytes()
     block.write_bytes(data[: len(data) // 3])
     out = run(work, "--cores", "1")
-    assert f"results/v/sweep/0.nc is unreadable (truncated or corrupt); it will be remade" in out.stderr
+    assert "results/v/sweep/0.nc is unreadable (truncated or corrupt); it will be remade" in out.stderr
     assert block.read_bytes() == data
     assert_same_results(work, reference[0])

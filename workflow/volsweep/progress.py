@@ -25,21 +25,28 @@ EVERY_S = 5.0
 class _LogProgress:
     """'desc: done/total, rate/s, ETA' on the ``volsweep`` logger, at most every ``every_s``."""
 
-    def __init__(self, total, desc, enabled, every_s=EVERY_S):
+    def __init__(self, total, desc, enabled, every_s=EVERY_S, sync=None, unit="steps"):
         self.total, self.desc, self.enabled, self.every_s = total, desc, enabled, every_s
+        self.sync, self.unit = sync, unit
         self.t0 = self.last = time.perf_counter()
         self.done = 0
 
+    def _due(self) -> bool:
+        return time.perf_counter() - self.last >= self.every_s or self.done == self.total
+
     def update(self, n=1):
         self.done += n
-        if not self.enabled:
+        if not self.enabled or not self._due():
             return
-        now = time.perf_counter()
-        if now - self.last >= self.every_s or self.done == self.total:
-            self.last = now
-            rate = self.done / max(now - self.t0, 1e-9)
-            eta = (self.total - self.done) / rate if rate > 0 and self.total else float("inf")
-            log.info("%s: %d/%d, %.1f/s, ETA %.0f s", self.desc, self.done, self.total, rate, eta)
+        if self.sync is not None:
+            self.sync()  # count only the work a device has really finished
+        now = self.last = time.perf_counter()
+        rate = self.done / max(now - self.t0, 1e-9)
+        eta = (self.total - self.done) / rate if rate > 0 and self.total else float("inf")
+        log.info("%s: %d/%d %s, %.1f %s/s, ETA %.0f s", self.desc, self.done, self.total, self.unit,
+                 rate, self.unit, eta)
+
+    step = update
 
     def close(self):
         pass
@@ -52,27 +59,40 @@ class _LogProgress:
 
 
 class _TqdmProgress(_LogProgress):
-    def __init__(self, total, desc, enabled, every_s=EVERY_S):
+    def __init__(self, total, desc, enabled, every_s=EVERY_S, sync=None, unit="steps"):
         from tqdm.auto import tqdm
 
-        super().__init__(total, desc, enabled, every_s)
-        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+        super().__init__(total, desc, enabled, every_s, sync, unit)
+        self.bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+                        dynamic_ncols=True)
+        self.shown = 0
 
     def update(self, n=1):
         self.done += n
-        self.bar.update(n)
+        if not self._due():
+            return
+        if self.sync is not None:
+            self.sync()
+        self.last = time.perf_counter()
+        self.bar.update(self.done - self.shown)
+        self.shown = self.done
+
+    step = update
 
     def close(self):
         self.bar.close()
 
 
 def interactive(stream=None) -> bool:
-    """Whether ``stream`` (default stderr) is a terminal a person watches."""
+    """Whether ``stream`` (default stderr) is a terminal or notebook a person watches."""
     stream = sys.stderr if stream is None else stream
+    if stream is sys.stderr and "ipykernel" in sys.modules:  # a notebook: tqdm draws a widget
+        return True
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def progress(total: int, desc: str, enabled: bool = True, *, every_s: float = EVERY_S):
+def progress(total: int, desc: str, enabled: bool = True, *, every_s: float = EVERY_S, sync=None,
+             unit: str = "steps"):
     """A progress counter with ``update(n=1)`` and ``close()``; also a context manager.
 
     Parameters
@@ -84,7 +104,12 @@ def progress(total: int, desc: str, enabled: bool = True, *, every_s: float = EV
     enabled : bool
         False: count silently.
     every_s : float
-        Seconds between log lines (non-interactive).
+        Seconds between updates shown (log lines, or the bar's refresh).
+    sync : callable, optional
+        Called before an update is shown, e.g. a device synchronisation, so
+        that asynchronous work is counted when it is done.
+    unit : str
+        What one step is, e.g. ``"kernels"``.
 
     Returns
     -------
@@ -94,10 +119,10 @@ def progress(total: int, desc: str, enabled: bool = True, *, every_s: float = EV
     """
     if enabled and interactive():
         try:
-            return _TqdmProgress(total, desc, enabled, every_s)
+            return _TqdmProgress(total, desc, enabled, every_s, sync, unit)
         except ImportError:  # tqdm is a dependency; a bare install still gets log lines
             pass
-    return _LogProgress(total, desc, enabled, every_s)
+    return _LogProgress(total, desc, enabled, every_s, sync, unit)
 
 
 _NOTICED = set()

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
 import numpy as np
 
 from volsweep import backend as _be
+from volsweep.progress import progress as _progress
 from . import wavelet as _wv
 from ._plan import (ORIENTATION_RULES, Block, Job, KernelSet, gaussian_taps, make_blocks,  # noqa: F401
                     taps_halo, unique_kernels, unravel_argmax)
@@ -40,7 +40,6 @@ log = logging.getLogger("volsweep")
 #: Statistics that Parseval gives from the spectrum alone.
 PARSEVAL_STATS = frozenset({"energy", "std", "mean"})
 #: Seconds between progress lines (and the only host syncs inside a block).
-PROGRESS_EVERY_S = 5.0
 #: Working bytes per voxel of the padded block (image spectrum + product spectrum
 #: + FFT work area and temporaries), used to tile under ``memory_limit``.
 BYTES_PER_PADDED_VOXEL = 16
@@ -166,31 +165,6 @@ def _versions(device: str) -> dict:
     except Exception:  # numba is optional for correctness
         pass
     return out
-
-
-class _Progress:
-    """Periodic 'kernels done, kernels/s, ETA' lines on the ``volsweep`` logger."""
-
-    def __init__(self, total: int, enabled: bool, sync=None):
-        self.total, self.enabled, self.sync = total, enabled, sync
-        self.t0 = self.last = time.perf_counter()
-        self.done = 0
-
-    def step(self, n=1):
-        self.done += n
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self.last >= PROGRESS_EVERY_S or self.done == self.total:
-            if self.sync is not None:
-                self.sync()  # the only sync: counts kernels the device really finished
-                now = time.perf_counter()
-            self.last = now
-            rate = self.done / max(now - self.t0, 1e-9)
-            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            log.info("sweep: %d/%d kernels, %.1f kernels/s, ETA %.0f s", self.done, self.total, rate, eta)
-
-
 
 
 def _bytes_per_voxel(orientation_map, orientation_rule="local_energy") -> int:
@@ -334,7 +308,9 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         the partial statistics are merged.  Default: unlimited on the CPU, 85% of
         the free device memory on a GPU.
     progress : bool
-        Log 'kernels done, kernels/s, ETA' every few seconds on logger ``volsweep``.
+        A progress bar on stderr when it is a terminal, else 'kernels done,
+        kernels/s, ETA' every few seconds on logger ``volsweep``
+        (:func:`volsweep.progress.progress`).
     orientation_map : bool
         Also return the per-voxel orientation (dims x, y, z): ``argmax_theta``,
         ``argmax_phi``, ``argmax_xi`` (and ``argmax_a``) as uint16 grid indices,
@@ -438,7 +414,8 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         job.directional = ~ks.isotropic & np.isin(ks.a, map_scales)
 
     # --- run
-    prog = _Progress(len(ks.xi) * len(blocks), progress, getattr(engine, "sync", None))
+    prog = _progress(len(ks.xi) * len(blocks), "sweep", progress, sync=getattr(engine, "sync", None),
+                     unit="kernels")
     if progress:
         log.info("sweep: %d kernels (%d unique) x %d block(s) of FFT shape %s, halo %s, device %s",
                  len(ks.inverse), len(ks.xi), len(blocks), blocks[0].fft_shape, halo, dev)
@@ -458,6 +435,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
                 maps[name][blk.core] = _be.to_numpy(pmap[name])
             unravel_argmax(pmap["arg"], ks.rep, grid, [m[blk.core] for m in idx_maps])
             del pmap
+    prog.close()
     total = merge(parts)
     values = finalize(total, stats)
 

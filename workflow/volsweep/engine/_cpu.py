@@ -432,6 +432,9 @@ class CpuKernels:
     """Thin parallel front-end to the kernels (what :class:`CpuEngine` calls)."""
 
     def __init__(self):
+        from volsweep.progress import compile_notice
+
+        compile_notice(__file__, "sweep CPU kernels", "about 10 s")
         _compile_all()
 
     @staticmethod

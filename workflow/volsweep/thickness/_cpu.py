@@ -16,6 +16,7 @@ import functools
 import math
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +41,9 @@ def _kernels():
     """The module of numba kernels (compiled once, cached on disk)."""
     import numba
 
+    from volsweep.progress import compile_notice
+
+    compile_notice(Path(__file__).with_name("_numba.py"), "local-thickness CPU kernels", "about 30 s")
     from volsweep.thickness import _numba as _thickness_numba
 
     numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
