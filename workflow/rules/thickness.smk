@@ -51,6 +51,7 @@ rule thickness_rmax:
     params:
         thickness=THICKNESS,
         device=config["device"],
+        chunk=lambda wildcards: THICKNESS_CHUNK[wildcards.vol],
     script:
         "../scripts/thickness_rmax.py"
 

@@ -5,4 +5,4 @@ from volsweep.steps.runner import run_script
 p = snakemake.params
 run_script(step.thickness_rmax, snakemake, volume_zarr=snakemake.input.volume,
            out_json=snakemake.output[0], thickness=p.thickness, device=p.device,
-           name=snakemake.wildcards.vol)
+           name=snakemake.wildcards.vol, chunk=p.chunk)

@@ -63,15 +63,49 @@ def _create_thickness_store(path, volume_store, spacing, *, shards):
                         name=f"{volume_store.attrs['name']} local thickness")
 
 
-def thickness_rmax(volume_zarr, out_json, *, thickness: dict, device, name):
-    """Rule thickness_rmax: R_max, the largest inscribed radius of the phase (first pass)."""
+def halo_warning(name, r_max, spacing, chunk) -> str | None:
+    """A warning when the chunks' halo makes chunk jobs read far more than their core.
+
+    A chunk job reads its core plus ``thickness_halo(r_max)`` on each side; past
+    twice the core's volume it mostly recomputes its neighbours' work.
+
+    Examples
+    --------
+    >>> halo_warning("v", 2.0, (1, 1, 1), (64, 64, 64)) is None
+    True
+    >>> halo_warning("v", 40.0, (1, 1, 1), (64, 64, 64)).split(":")[0]
+    'volumes.v'
+    """
+    import math
+
+    from volsweep.thickness import thickness_halo
+
+    halo = thickness_halo(r_max, spacing)
+    block = [c + 2 * h for c, h in zip(chunk, halo)]
+    ratio = math.prod(block) / math.prod(chunk)
+    if ratio <= 2:
+        return None
+    return (f"volumes.{name}: R_max = {r_max:.4g} needs a halo of {tuple(halo)} voxels around "
+            f"thickness chunks of {tuple(chunk)}: each chunk job reads {ratio:.1f}x its core; "
+            "raise host_memory_mb (or thickness.chunk) so the volume takes fewer, larger chunks")
+
+
+def thickness_rmax(volume_zarr, out_json, *, thickness: dict, device, name, chunk=None):
+    """Rule thickness_rmax: R_max, the largest inscribed radius of the phase (first pass).
+
+    With the chunk shape, warns when the halo that R_max asks for dwarfs the chunks.
+    """
     from volsweep.thickness import max_inscribed_radius
 
     store, spacing = open_volume_store(volume_zarr)
     binary = _phase(store[...], store, thickness, name=f"volumes.{name}")
     r_max = max_inscribed_radius(binary, spacing=spacing, device=device)
+    warning = None if chunk is None else halo_warning(name, float(r_max), spacing, chunk)
+    if warning:
+        log.warning("%s", warning)
     info = {"r_max": float(r_max), "n_voxels": int(binary.size), "n_phase": int(binary.sum()),
-            "spacing": list(spacing), "shape": list(binary.shape), "device": device_label(device)}
+            "spacing": list(spacing), "shape": list(binary.shape), "device": device_label(device),
+            **({"warning": warning} if warning else {})}
     with atomic_file(out_json) as tmp:
         tmp.write_text(json.dumps(info, indent=2) + "\n")
 
