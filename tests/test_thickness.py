@@ -364,3 +364,31 @@ def test_bits_painter_slice_skip_on_porous_volume_equals_oracle():
     for spacing in [(1, 1, 1), (1, 2, 1)]:
         got = T.local_thickness(phase, spacing=spacing)
         np.testing.assert_array_equal(got, oracle_local_thickness(phase, spacing))
+
+
+def test_out_of_device_memory_falls_back_to_the_host_with_the_same_result(monkeypatch, caplog):
+    """A GPU that runs out of memory hands the call to the CPU painter: same exact result."""
+    import logging
+
+    import volsweep.thickness as T
+
+    class FakeOutOfMemory(MemoryError):
+        pass
+
+    class FullDevice:
+        def edt_sq(self, *args):
+            raise FakeOutOfMemory("out of memory allocating 8,589,934,592 bytes")
+
+    real_backend = T._backend
+    monkeypatch.setattr(T, "_out_of_device_memory", lambda: (FakeOutOfMemory,))
+    monkeypatch.setattr(T, "_backend", lambda d: FullDevice() if d == "cuda" else real_backend(d))
+    monkeypatch.setattr(T, "resolve_device", lambda device, array=None: "cuda")
+    monkeypatch.setattr(T, "to_device", lambda x, device: x)
+    rng = np.random.default_rng(5)
+    binary = rng.random((15, 12, 9)) < 0.6
+    caplog.set_level(logging.WARNING, logger="volsweep")
+    got = T.local_thickness(binary, spacing=(0.65, 0.65, 2.0), device="cuda")
+    monkeypatch.setattr(T, "resolve_device", lambda device, array=None: "cpu")
+    want = T.local_thickness(binary, spacing=(0.65, 0.65, 2.0), device="cpu")
+    np.testing.assert_array_equal(got, want)
+    assert any("out of GPU memory" in r.getMessage() for r in caplog.records)

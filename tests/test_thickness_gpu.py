@@ -273,3 +273,20 @@ def test_gpu_repeated_calls_no_memory_growth_and_within_the_estimate():
     assert bool((again == first).all())
     # the pool holds the peak of one call (plus the caller's input and two results)
     assert held <= T.thickness_memory_bytes(phase.shape, device="cuda") + 3 * phase.size * 4
+
+
+@pytest.mark.gpu
+def test_device_out_of_memory_falls_back_to_the_cpu():
+    import cupy as cp
+
+    rng = np.random.default_rng(9)
+    binary = rng.random((48, 40, 33)) < 0.6
+    want = T.local_thickness(binary, spacing=(0.65, 0.65, 2.0), device="cpu")
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    pool.set_limit(size=64 * 1024)  # far below what the GPU painter needs
+    try:
+        got = T.local_thickness(binary, spacing=(0.65, 0.65, 2.0), device="cuda")
+    finally:
+        pool.set_limit(size=0)
+    np.testing.assert_array_equal(got, want)

@@ -35,6 +35,7 @@ whether a whole-volume call fits a memory budget.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 
@@ -75,6 +76,8 @@ def _check_binary(binary, name: str = "binary"):
     return binary
 
 
+log = logging.getLogger("volsweep")
+
 def _lattice(spacing, shape):
     """(weights, scale) of the spacing; raises when squared lengths of this shape leave float64."""
     weights, scale = tables.lattice(tuple(float(s) for s in spacing))
@@ -114,6 +117,39 @@ def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep):
 def _finish(r2, scale, device):
     ranks, values = r2
     return _backend(device).finish(ranks, values, scale)
+
+
+def _out_of_device_memory() -> tuple:
+    try:
+        from cupy.cuda.memory import OutOfMemoryError
+    except ImportError:
+        return ()
+    return (OutOfMemoryError,)
+
+
+def _free_device_memory() -> None:
+    try:
+        import cupy
+    except ImportError:
+        return
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _thickness(binary, weights, scale, dev, box_lo, box_hi, r2keep):
+    """``(result or None, r2max)`` on ``dev``; on the host when the device runs out of memory.
+
+    Both devices compute the same exact integers, so the host's result is the device's.
+    """
+    try:
+        phase = to_device(binary, dev)
+        r2, r2max = _thickness_r2(phase, weights, dev, box_lo, box_hi, r2keep)
+        return (None if r2 is None else _finish(r2, scale, dev)), r2max
+    except _out_of_device_memory() if dev == "cuda" else () as exc:
+        phase = r2 = None
+        _free_device_memory()
+        log.warning("local thickness: out of GPU memory on %s voxels (%s); computing on the CPU",
+                    binary.shape, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return _thickness(to_numpy(binary), weights, scale, "cpu", box_lo, box_hi, r2keep)
 
 
 def _return_like(result, like, device):
@@ -189,9 +225,8 @@ def local_thickness(binary, *, spacing=(1, 1, 1), device="auto"):
             f"binary has no background voxel (the phase fills the whole {binary.shape} array): "
             "its local thickness is unbounded")
     weights, scale = _lattice(spacing, binary.shape)
-    phase = to_device(binary, dev)
-    r2, _ = _thickness_r2(phase, weights, dev, (0, 0, 0), phase.shape, math.inf)
-    return _return_like(_finish(r2, scale, dev), binary, dev)
+    result, _ = _thickness(binary, weights, scale, dev, (0, 0, 0), binary.shape, math.inf)
+    return _return_like(result, binary, dev)
 
 
 def max_inscribed_radius(binary, *, spacing=(1, 1, 1), device="auto") -> float:
@@ -323,15 +358,14 @@ def local_thickness_core(block, core_in_block, r_max, *, spacing=(1, 1, 1), devi
             f"block has no background voxel but its core holds phase: r_max={r_max!r} is too "
             "small or the halo is missing (use thickness_halo(r_max, spacing))")
     weights, scale = _lattice(spacing, block.shape)
-    phase = to_device(block, dev)
     r2keep = (r / scale) ** 2 * (1.0 + _KEEP_SLACK)
-    r2, d2max = _thickness_r2(phase, weights, dev, tuple(lo), tuple(hi), r2keep)
-    if r2 is None:
+    result, d2max = _thickness(block, weights, scale, dev, tuple(lo), tuple(hi), r2keep)
+    if result is None:
         raise ValueError(
             f"r_max={r_max!r} is smaller than an inscribed radius ({scale * math.sqrt(d2max)!r}) "
             "of a centre near this core, or the halo is too thin: pass the global "
             "max_inscribed_radius and read thickness_halo(r_max, spacing) voxels around the core")
-    return _return_like(_finish(r2, scale, dev), block, dev)
+    return _return_like(result, block, dev)
 
 
 # --------------------------------------------------------------------------- phase selection
