@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from volsweep.config import (ConfigError, angle_values, read_volume_sheet, sweep_blocks,
-                             validate_config, volume_entries)
+from volsweep.config import ConfigError, angle_values, read_volume_sheet, validate_config, volume_entries
+from volsweep.jobs import theta_blocks
 
 DEMO = yaml.safe_load(open("config.yaml"))
 
@@ -62,7 +62,8 @@ def test_angle_grid_and_blocks():
     cfg = validate_config(demo())
     cfg["sweep"]["theta"] = {"num": 10}
     cfg["sweep"]["block_size"] = 4
-    blocks = sweep_blocks(cfg)
+    n_theta = len(angle_values(cfg["sweep"]["theta"]))
+    blocks = theta_blocks(n_theta, 0.0, job_minutes=30, block_size=cfg["sweep"]["block_size"])
     assert [b.tolist() for b in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 

@@ -23,6 +23,8 @@ import jsonschema
 import numpy as np
 import yaml
 
+from volsweep.engine.wavelet import angle_values  # noqa: F401 (part of the config API)
+
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 FORMATS = ("npy", "tif", "zarr", "h5", "raw")
 MB = 2**20
@@ -251,19 +253,6 @@ def _schema_errors(config, blame, schema_path) -> list[str]:
             continue
         lines += _schema_line(err, blame)
     return lines
-
-
-def angle_values(grid: dict) -> np.ndarray:
-    """Angles in radians of a grid spec: ``{"num": n}`` gives ``k*pi/n``; ``{"values": [...]}``.
-
-    Examples
-    --------
-    >>> angle_values({"num": 4})
-    array([0.        , 0.78539816, 1.57079633, 2.35619449])
-    """
-    if "values" in grid:
-        return np.asarray(grid["values"], dtype=np.float64)
-    return np.arange(grid["num"], dtype=np.float64) * (math.pi / grid["num"])
 
 
 def check_config(config: dict, configfile=None) -> None:
@@ -780,10 +769,3 @@ def _estimate(entries, config, blame):
     if not lines:
         log_estimates(estimates)
     return estimates, lines
-
-
-def sweep_blocks(config: dict) -> list[np.ndarray]:
-    """Theta indices of each sweep job (a block covers all phi and xi)."""
-    n = len(angle_values(config["sweep"]["theta"]))
-    size = config["sweep"].get("block_size") or n
-    return [np.arange(i, min(n, i + size)) for i in range(0, n, size)]

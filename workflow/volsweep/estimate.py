@@ -114,7 +114,7 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
     >>> est.sweep_jobs, est.kernels
     (2, 64)
     """
-    from volsweep.config import angle_values
+    from volsweep.engine.wavelet import angle_values
     from volsweep.engine.wavelet import DEFAULT_TRUNCATE
 
     shape = tuple(int(n) for n in shape)

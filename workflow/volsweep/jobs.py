@@ -168,7 +168,7 @@ def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_RE
     >>> len(sweep_plan((64, 56, 48), (1, 1, 1), cfg, gpu=False))
     1
     """
-    from volsweep.config import angle_values
+    from volsweep.engine.wavelet import angle_values
     from volsweep.engine import sweep_cost
 
     sw = config["sweep"]

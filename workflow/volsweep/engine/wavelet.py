@@ -239,3 +239,16 @@ def sampled_spectrum(fft_shape, a: float, theta: float, phi: float, xi: float,
                 p = k["a2"] * w2 + k["c"] * t * t
                 out += np.where(k["ae2"] * w2 < k["pcut"], p * np.exp(-0.5 * p), 0.0)
     return out * k["scale"]
+
+
+def angle_values(grid: dict) -> np.ndarray:
+    """Angles in radians of a grid spec (``sweep.theta``, ``sweep.phi``): ``{"num": n}`` gives ``k*pi/n``; ``{"values": [...]}``.
+
+    Examples
+    --------
+    >>> angle_values({"num": 4})
+    array([0.        , 0.78539816, 1.57079633, 2.35619449])
+    """
+    if "values" in grid:
+        return np.asarray(grid["values"], dtype=np.float64)
+    return np.arange(grid["num"], dtype=np.float64) * (math.pi / grid["num"])
