@@ -59,10 +59,10 @@ def test_slurm_profile_requests():
         assert rule in GPU_RULES or "gpu" not in res, rule
     assert "gpu" not in profile["default-resources"]
     # grouping is on for the thickness chunks, and the gpu limit holds per group job only
-    assert "thickness_chunk=thickness" in profile["groups"]
+    assert "thickness_chunk=chunks" in profile["groups"]
     assert "gpu=local" in profile["set-resource-scopes"]
     text = SLURM_PROFILE.read_text()
-    for knob in ("slurm_account", "slurm_partition", "slurm-status-command", "sweep_block=sweep"):
+    for knob in ("slurm_account", "slurm_partition", "slurm-status-command", "sweep_block=blocks"):
         assert knob in text, knob
 
 
@@ -147,7 +147,11 @@ def _zarr_arrays(path: Path) -> dict:
 
 
 def _rule_of(comment: str) -> str:
-    """The rule of a SLURM job from its comment (``rule_<name>_wildcards_...``)."""
+    """The rule of a SLURM job from its comment: ``rule_<name>_wildcards_...``, or
+    ``rule_<group>_<name>`` for a group job of the profile's ``groups``."""
+    for group in (g.split("=")[1] for g in load(SLURM_PROFILE).get("groups", [])):
+        if comment.startswith(f"rule_{group}_"):
+            comment = "rule_" + comment[len(f"rule_{group}_"):]
     names = sorted((*GPU_RULES, *CPU_RULES), key=len, reverse=True)
     return next((n for n in names if comment == f"rule_{n}" or comment.startswith(f"rule_{n}_")),
                 comment)
@@ -223,7 +227,8 @@ def test_workflow_on_slurm_equals_local(slurm, tmp_path):
         else:
             assert job["partition"] == "main" and "gpu" not in job["tres"], job
     for rule in (*SPLIT_GPU_RULES, *CPU_RULES):
-        assert any(_rule_of(job["comment"]) == rule for job in jobs), f"no SLURM job of rule {rule}"
+        assert any(_rule_of(job["comment"]) == rule for job in jobs), \
+            f"no SLURM job of rule {rule}: {[j['comment'] for j in jobs]}"
     assert sum("thickness_chunk" in j["comment"] for j in jobs) == 1  # 2 chunks, 1 group job
 
     _compare_results(on_slurm, local)
