@@ -555,3 +555,41 @@ def test_otsu_config_is_accepted_and_resolved(tmp_path):
     rule = check_phase(open_volume(entry), "v", threshold="otsu")
     assert 0 < rule["threshold"] < 3000
     assert rule["phase_fraction"] == pytest.approx(4 / 9)
+
+
+def test_every_case_through_the_cli(tmp_path):
+    """The same cases as the Snakemake command line sees them: a non-zero exit, the one line
+    on stderr, nothing written but Snakemake's own .snakemake/ folder."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def cli(name):
+        work = tmp_path / name
+        (work / "data").mkdir(parents=True)
+        config, expected = CASES[name](work)
+        (work / "my.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        before = sorted(p.relative_to(work) for p in work.rglob("*"))
+        out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-n",
+                              "--cores", "1", "--configfile", "my.yaml"], cwd=work,
+                             capture_output=True, text=True, timeout=300)
+        after = sorted(p.relative_to(work) for p in work.rglob("*")
+                       if p.relative_to(work).parts[0] != ".snakemake")
+        return name, out, expected, before, after
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(cli, CASES))
+    problems = []
+    for name, out, expected, before, after in results:
+        lines = out.stderr.splitlines()
+        work = tmp_path / name
+        expected = str(work / "my.yaml") + expected[len("my.yaml"):] if expected.startswith("my.yaml") else expected
+        if out.returncode == 0 or lines != [expected] or before != after:
+            problems.append(f"{name}: exit {out.returncode}, stderr {lines[-3:]!r}, "
+                            f"expected {expected!r}, written {sorted(set(after) - set(before))}")
+    assert not problems, "\n".join(problems)
