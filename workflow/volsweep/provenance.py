@@ -25,8 +25,10 @@ def package_versions() -> dict:
     """``<name>_version`` of volsweep and the libraries that shape its numbers (the sweep's own names)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for dist in DISTRIBUTIONS:
+    from volsweep import __version__
+
+    out = {"volsweep_version": __version__}  # also when run from a checkout, not installed
+    for dist in DISTRIBUTIONS[1:]:
         try:
             out[f"{dist.split('-')[0]}_version"] = version(dist)
         except PackageNotFoundError:

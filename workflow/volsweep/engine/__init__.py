@@ -148,23 +148,10 @@ def _halo(a_vals, xi, theta, phi, spacing, truncate, sigmas=None) -> tuple[int, 
 
 
 def _versions(device: str) -> dict:
-    import scipy
+    """The versions that shape the numbers (:func:`volsweep.provenance.package_versions`)."""
+    from volsweep.provenance import package_versions
 
-    from volsweep import __version__
-
-    out = {"numpy_version": np.__version__, "scipy_version": scipy.__version__,
-           "volsweep_version": __version__}
-    if device == "cuda":
-        import cupy
-
-        out["cupy_version"] = cupy.__version__
-    try:
-        import numba
-
-        out["numba_version"] = numba.__version__
-    except Exception:  # numba is optional for correctness
-        pass
-    return out
+    return package_versions()
 
 
 def _bytes_per_voxel(orientation_map, orientation_rule="local_energy") -> int:
