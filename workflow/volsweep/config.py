@@ -612,6 +612,9 @@ def _scan_errors(entries, config, blame) -> list[str]:
         try:
             lo, hi, bad = _scan(vol)
         except Exception as exc:  # a corrupt chunk: the reader's own error, on one line
+            from volsweep.io.readers import quiet_abandoned_reads
+
+            quiet_abandoned_reads()
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             lines.append(f"{volume_where(entry, name)}: cannot read the voxels: {type(exc).__name__}: {first}")
             continue

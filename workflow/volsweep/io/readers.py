@@ -65,6 +65,12 @@ UNITS = {"µm": "micrometer", "μm": "micrometer", "um": "micrometer", "micron":
 AXES = "xyz"
 
 
+def quiet_abandoned_reads() -> None:
+    """After a failed read, let the process end without asyncio's report of the reader's
+    abandoned tasks (zarr reads chunks concurrently): the error itself was reported."""
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+
+
 class VolumeError(ValueError):
     """An input volume that cannot be used; the message names the file and the problem."""
 

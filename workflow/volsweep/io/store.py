@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from volsweep.io.atomic import atomic_dir
-from volsweep.io.readers import VolumeError
+from volsweep.io.readers import VolumeError, quiet_abandoned_reads
 from volsweep.tiling import plan_tiles
 
 log = logging.getLogger("volsweep")
@@ -97,6 +97,7 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
             try:
                 data = np.asarray(source[tile.core], dtype=np.float32)
             except Exception as exc:  # the reader's own error, reworded to name the file and block
+                quiet_abandoned_reads()
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 region = [[s.start, s.stop] for s in tile.core]
                 raise VolumeError(f"{where}: cannot read block {region}: {type(exc).__name__}: "
