@@ -108,7 +108,8 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
     Examples
     --------
     >>> cfg = {"sweep": {"enabled": True, "a": 2.0, "theta": {"num": 8}, "phi": {"num": 8},
-    ...        "xi": [1.0], "truncate": None, "block_size": 4, "orientation_map": False},
+    ...        "xi": [1.0], "mode": "reflect", "truncate": None, "stats": ["energy"],
+    ...        "block_size": 4, "job_minutes": 30, "min_jobs": 1, "orientation_map": False},
     ...        "thickness": {"enabled": False}}
     >>> est = estimate_volume("demo", (64, 56, 48), (1, 1, 1), cfg)
     >>> est.sweep_jobs, est.kernels
@@ -146,7 +147,7 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
         bpv = _bytes_per_voxel(sweep.get("orientation_map", False))
         est.sweep_memory = est.fft_voxels * bpv + 4 * voxels
         est.sweep_min_memory = math.prod(smallest) * bpv + 4 * voxels
-        est.sweep_jobs = _sweep_jobs(len(theta), est, config)
+        est.sweep_jobs = _sweep_jobs(len(theta), est, shape, spacing, config)
     th = config["thickness"]
     if th["enabled"]:
         from volsweep.jobs import thickness_plan
@@ -174,16 +175,19 @@ def _bytes_per_voxel(orientation_map: bool) -> int:
     return base + (extra if orientation_map else 0)
 
 
-def _sweep_jobs(n_theta: int, est: VolumeEstimate, config: dict) -> int:
-    """Sweep jobs of one volume, as the workflow plans them (``block_size`` or ``job_minutes``)."""
-    from volsweep.jobs import SECONDS_PER_KERNEL_VOXEL, theta_blocks
+def _sweep_jobs(n_theta: int, est: VolumeEstimate, shape, spacing, config: dict) -> int:
+    """Sweep jobs of one volume, as the workflow plans them (:func:`volsweep.jobs.sweep_plan`).
 
-    sweep = config["sweep"]
-    seconds = est.voxel_kernels * SECONDS_PER_KERNEL_VOXEL["cpu"]
-    if not math.isfinite(seconds):
+    A volume the limits refuse anyway (kernels far below a voxel, or too many
+    kernel-voxels) is counted at one job per θ, without asking the cost model.
+    """
+    from volsweep.jobs import sweep_plan
+
+    limits = {**DEFAULT_LIMITS, **{k: v for k, v in (config.get("limits") or {}).items() if v is not None}}
+    if (not math.isfinite(est.voxel_kernels) or est.voxel_kernels > limits["max_voxel_kernels"]
+            or est.alias_terms > limits["max_alias_terms"]):
         return n_theta
-    return len(theta_blocks(n_theta, seconds, job_minutes=sweep.get("job_minutes", 30),
-                            min_jobs=sweep.get("min_jobs", 1), block_size=sweep.get("block_size")))
+    return len(sweep_plan(shape, spacing, config, gpu=False))
 
 
 def check_estimates(estimates, config: dict, configfile: str) -> list[str]:

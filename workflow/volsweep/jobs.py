@@ -14,78 +14,11 @@ import math
 
 import numpy as np
 
-from volsweep.engine import wavelet
-from volsweep.tiling import fast_shape
 
-#: Seconds per kernel per voxel of the FFT shape: about 1.15 inverse real FFTs.
-#: Measured: H200, irfftn of 800x800x200 float32 in 3.05 ms; 2-core CPU,
-#: scipy.fft.irfftn of 200^3 in 0.10 s (the CPU figure scales with 2/threads).
-SECONDS_PER_KERNEL_VOXEL = {"cuda": 1.15 * 3.05e-3 / (800 * 800 * 200),
-                            "cpu": 1.15 * 0.10 / 200 ** 3}
-#: Cores behind the CPU figure above.
+#: Cores behind the engine's CPU cost constants (``engine.sweep_cost``).
 CPU_REFERENCE_THREADS = 2
-#: Bytes per voxel of the engine's padded working set (spectrum, response, scratch).
-SWEEP_BYTES_PER_VOXEL = 16
 #: Share of this machine's memory a thickness job plans with by default.
 HOST_MEMORY_SHARE = 0.75
-
-
-def unique_kernel_count(theta, phi, xi) -> int:
-    """Number of distinct kernels of the grid (ψ depends on (θ, φ) only through ±u).
-
-    Examples
-    --------
-    >>> unique_kernel_count([0.0, np.pi], [0.0], [2.0])
-    1
-    """
-    t, p = np.meshgrid(np.asarray(theta, float), np.asarray(phi, float), indexing="ij")
-    u = np.round(wavelet.axis_vector(t.ravel(), p.ravel()), 9) + 0.0
-    first = np.argmax(np.abs(u) > 1e-9, axis=1)
-    sign = np.sign(u[np.arange(len(u)), first])
-    sign[sign == 0] = 1.0
-    axes = np.unique(np.round(u * sign[:, None], 9) + 0.0, axis=0)
-    xi = np.unique(np.asarray(xi, float))
-    return int(len(axes) * np.sum(xi != 1.0) + np.sum(xi == 1.0))
-
-
-def sweep_estimate(shape, theta, phi, xi, *, a, spacing=(1, 1, 1), truncate=None, device="cpu",
-                   threads=CPU_REFERENCE_THREADS) -> dict:
-    """Estimated compute and memory of one volume's whole sweep.
-
-    Parameters
-    ----------
-    shape : 3 ints
-    theta, phi, xi : 1D sequences
-    a : float
-    spacing : 3 floats
-    truncate : float, optional
-        The engine's truncation (default :data:`volsweep.engine.wavelet.DEFAULT_TRUNCATE`).
-    device : {'cpu', 'cuda'}
-    threads : int
-        CPU threads of the job.
-
-    Returns
-    -------
-    dict
-        ``kernels`` (unique), ``halo``, ``fft_shape``, ``seconds`` and ``bytes``
-        (the untiled working set).
-
-    Examples
-    --------
-    >>> est = sweep_estimate((64, 56, 48), [0.0, 1.0], [0.0], [2.0], a=2.0)
-    >>> est["kernels"], est["seconds"] > 0
-    (2, True)
-    """
-    truncate = wavelet.DEFAULT_TRUNCATE if truncate is None else truncate
-    halo = wavelet.halo_for(a, np.atleast_1d(np.asarray(xi, float)), theta, phi, spacing, truncate)
-    fshape = fast_shape(shape, halo)
-    kernels = unique_kernel_count(theta, phi, xi)
-    per_voxel = SECONDS_PER_KERNEL_VOXEL["cuda" if device == "cuda" else "cpu"]
-    if device != "cuda":
-        per_voxel *= CPU_REFERENCE_THREADS / max(1, threads)
-    return {"kernels": kernels, "halo": tuple(halo), "fft_shape": tuple(fshape),
-            "seconds": kernels * math.prod(fshape) * per_voxel,
-            "bytes": math.prod(fshape) * SWEEP_BYTES_PER_VOXEL}
 
 
 def theta_blocks(n_theta: int, seconds: float, *, job_minutes: float, min_jobs: int = 1,
