@@ -22,11 +22,9 @@ import json
 import re
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -34,7 +32,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_workflow import REPO, STAMP, make_config  # noqa: E402
+from bench_workflow import REPO, STAMP, GpuSampler, make_config  # noqa: E402
 
 DEVICE_LINE = re.compile(r"GPU: device (\d+)")
 
@@ -42,40 +40,6 @@ DEVICE_LINE = re.compile(r"GPU: device (\d+)")
 def gpu_count() -> int:
     out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
-
-
-class PerGpuSampler:
-    """Utilisation samples (time, gpu index, percent) of every GPU."""
-
-    def __init__(self, period_ms=200):
-        self.samples, self.period_ms = [], period_ms
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
-             "--loop-ms", str(self.period_ms)], stdout=subprocess.PIPE, text=True)
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-        return self
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                index, util = (float(v) for v in line.split(","))
-            except ValueError:
-                continue
-            self.samples.append((time.time(), int(index), util))
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait()
-
-    def busy(self, start, stop):
-        per = {}
-        for t, i, u in self.samples:
-            if start <= t <= stop:
-                per.setdefault(i, []).append(u)
-        return {i: statistics.fmean(v) / 100 for i, v in sorted(per.items())}
 
 
 def job_devices(work: Path) -> list[dict]:
@@ -127,7 +91,7 @@ def run(work: Path, config: dict, n: int, args) -> dict:
     cmd = [*shlex.split(args.snakemake), "-s", str(REPO / "Snakefile"), "--directory", str(work),
            "--configfile", str(work / "config.yaml"), "--profile", str(REPO / "workflow/profiles/default"),
            "--cores", str(args.cores), "--resources", f"gpu={n}", "-q"]
-    with PerGpuSampler() as sampler:
+    with GpuSampler(period_ms=200) as sampler:
         start = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.time() - start
@@ -135,7 +99,7 @@ def run(work: Path, config: dict, n: int, args) -> dict:
         print(proc.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"snakemake with gpu={n} failed")
     jobs = job_devices(work)
-    return {"gpus": n, "wall_s": wall, "jobs": jobs, "busy": sampler.busy(start, start + wall),
+    return {"gpus": n, "wall_s": wall, "jobs": jobs, "busy": sampler.busy_per_gpu(start, start + wall),
             "shared_while_idle": shared_while_idle(jobs, n)}
 
 

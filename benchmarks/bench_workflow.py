@@ -110,7 +110,7 @@ def _sync(device):
 
 
 class GpuSampler:
-    """``nvidia-smi`` utilisation samples (time, percent) in a background thread."""
+    """``nvidia-smi`` utilisation samples (time, GPU index, percent) of every GPU, in a thread."""
 
     def __init__(self, period_ms=100):
         self.samples, self.period_ms, self.proc = [], period_ms, None
@@ -119,8 +119,8 @@ class GpuSampler:
         if shutil.which("nvidia-smi") is None:
             return self
         self.proc = subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-             f"-lms={self.period_ms}"], stdout=subprocess.PIPE, text=True)
+            ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
+             "--loop-ms", str(self.period_ms)], stdout=subprocess.PIPE, text=True)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
         return self
@@ -128,19 +128,28 @@ class GpuSampler:
     def _read(self):
         for line in self.proc.stdout:
             try:
-                self.samples.append((time.time(), float(line.split(",")[0])))
+                index, util = (float(v) for v in line.split(","))
             except ValueError:
                 continue
+            self.samples.append((time.time(), int(index), util))
 
     def __exit__(self, *exc):
         if self.proc is not None:
             self.proc.terminate()
             self.proc.wait()
 
+    def busy_per_gpu(self, start=None, stop=None) -> dict:
+        """GPU index -> mean utilisation (0-1) of its samples inside [start, stop]."""
+        per = {}
+        for t, i, u in self.samples:
+            if (start is None or t >= start) and (stop is None or t <= stop):
+                per.setdefault(i, []).append(u)
+        return {i: statistics.fmean(v) / 100 for i, v in sorted(per.items())}
+
     def busy(self, start=None, stop=None):
-        """Mean utilisation (0-1) of the samples inside [start, stop]; None without samples."""
-        vals = [u for t, u in self.samples if (start is None or t >= start) and (stop is None or t <= stop)]
-        return statistics.fmean(vals) / 100 if vals else None
+        """Mean utilisation (0-1) over every GPU inside [start, stop]; None without samples."""
+        per = self.busy_per_gpu(start, stop)
+        return statistics.fmean(per.values()) if per else None
 
 
 def job_intervals(work: Path) -> dict:
