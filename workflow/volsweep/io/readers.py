@@ -433,20 +433,6 @@ def _declared_size(head: bytes, compressor: str):
         if len(head) < _BLOSC_HEADER:
             return "shorter than a blosc header"
         return int.from_bytes(head[4:8], "little")
-    return None  # no header to inspect: the decoder's own size checks apply
-
-
-def _declared_size(head: bytes, compressor: str):
-    """Decoded size a compressed chunk's header declares, or a string saying what is wrong."""
-    if compressor == "zstd":
-        if head[:4] != _ZSTD_MAGIC:
-            return "not a zstd frame"
-        n = _zstd_content_size(head)
-        return "zstd frame without a declared size" if n is None else n
-    if compressor == "blosc":
-        if len(head) < _BLOSC_HEADER:
-            return "shorter than a blosc header"
-        return int.from_bytes(head[4:8], "little")
     if compressor == "lz4":
         if len(head) < _LZ4_HEADER:
             return "shorter than an lz4 header"
