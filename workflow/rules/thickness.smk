@@ -68,7 +68,6 @@ rule thickness_store:
     conda:
         ENV
     params:
-        chunks=config["storage"]["chunks"],
         chunk=lambda wildcards: THICKNESS_CHUNK[wildcards.vol],
     script:
         "../scripts/thickness_store.py"

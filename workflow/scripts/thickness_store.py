@@ -4,4 +4,4 @@ from volsweep.steps.runner import run_script
 
 p = snakemake.params
 run_script(step.create_thickness_store, snakemake, volume_zarr=snakemake.input.volume,
-           out_zarr=snakemake.output[0], chunks=p.chunks, chunk=p.chunk)
+           out_zarr=snakemake.output[0], chunk=p.chunk)

@@ -110,13 +110,13 @@ def thickness_rmax(volume_zarr, out_json, *, thickness: dict, device, name, chun
         tmp.write_text(json.dumps(info, indent=2) + "\n")
 
 
-def create_thickness_store(volume_zarr, out_zarr, *, chunks, chunk):
-    """Rule thickness_store: an empty float32 store whose shards are the thickness chunks."""
+def create_thickness_store(volume_zarr, out_zarr, *, chunk):
+    """Rule thickness_store: an empty float32 store (the volume's chunks) whose shards are
+    the thickness chunks."""
     store, spacing = open_volume_store(volume_zarr)
     with atomic_dir(store_root(out_zarr)) as tmp:
         arr = _create_thickness_store(tmp, store, spacing, shards=chunk)
-        if tuple(arr.chunks) != tuple(chunks) and tuple(chunks) != tuple(store.chunks):
-            log.info("thickness store: chunks %s", arr.chunks)
+    log.info("thickness store: chunks %s, shards %s", arr.chunks, arr.shards)
 
 
 def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, shard, chunk, thickness: dict,
