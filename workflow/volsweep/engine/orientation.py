@@ -232,6 +232,10 @@ def density(values, sphere: SphereGrid, *, baseline=True) -> np.ndarray:
     return (f / total)[sphere.index].reshape(np.shape(values))
 
 
+#: Voxels per slab of :func:`votes_from_map` (bounds its int and float64 temporaries).
+VOTE_SLAB_VOXELS = 1 << 24
+
+
 def votes_from_map(weight, indices, grid_shape) -> np.ndarray:
     """Orientation votes: Σ of ``weight`` over the voxels whose orientation is each grid point.
 
@@ -246,8 +250,19 @@ def votes_from_map(weight, indices, grid_shape) -> np.ndarray:
     array([[1.],
            [5.]])
     """
-    flat = np.ravel_multi_index(tuple(np.asarray(i, np.int64).ravel() for i in indices), grid_shape)
-    out = np.bincount(flat, weights=np.asarray(weight, np.float64).ravel(), minlength=int(np.prod(grid_shape)))
+    size = int(np.prod(grid_shape))
+    itype = np.int32 if size < 2**31 else np.int64
+    strides = [int(np.prod(grid_shape[k + 1:])) for k in range(len(grid_shape))]
+    weight = np.asarray(weight)
+    out = np.zeros(size)
+    plane = max(1, int(np.prod(weight.shape[1:])))
+    step = max(1, VOTE_SLAB_VOXELS // plane)
+    for x0 in range(0, max(1, weight.shape[0]), step):  # x-slabs, summed in order
+        flat = np.zeros(weight[x0:x0 + step].shape, itype)
+        for ix, st in zip(indices, strides):
+            flat += np.asarray(ix[x0:x0 + step], itype) * itype(st)
+        out += np.bincount(flat.ravel(), weights=np.asarray(weight[x0:x0 + step], np.float64).ravel(),
+                           minlength=size)
     return out.reshape(grid_shape)
 
 
