@@ -567,8 +567,7 @@ class GpuEngine:
             omap = {"response_max": cp.full(block.core_shape, -cp.inf, dtype=cp.float32),
                     "arg": cp.zeros(block.core_shape, dtype=cp.int32)}
             if job.omap == "local_energy":
-                import cupyx.scipy.ndimage as cndi
-
+                energy = LocalEnergy(block)
                 omap["local_energy_max"] = cp.full(block.core_shape, -cp.inf, dtype=cp.float32)
         if legacy:
             resp, arg = omap["response_max"], omap["arg"]
@@ -592,9 +591,8 @@ class GpuEngine:
                     core = Yr[ox:ox + cx, oy:oy + cy, oz:oz + cz]
                     cp.maximum(omap["response_max"], core, out=omap["response_max"])
                     if job.directional[j]:
-                        e = _plan.local_energy(Yr, block, job.taps[j], job.inv_energy[j], cp, cndi)
-                        _keep_max()(e, np.int32(j), omap["local_energy_max"], omap["arg"])
-                        del e
+                        energy.fold(Yr, job.taps[j], job.inv_energy[j], omap["local_energy_max"],
+                                    omap["arg"], j)
                 progress.step()
             p = part[:cnt]
             res[j0:j0 + cnt, 0] = p[:, :, 0].sum(axis=1)
@@ -606,14 +604,161 @@ class GpuEngine:
         return out, omap
 
 
-_KEEP_MAX = None
+# ----------------------------------------------------------------------------- local energy
+#: Outputs per thread along x and y in the local-energy passes (register tiling), and
+#: threads per block along z.
+ENERGY_SEG = 16
+ENERGY_ROW = 256
+
+_ENERGY_SRC = r"""
+// Separable passes of the local energy (engine/_plan.py: local_energy).  Along the pass's
+// axis, out[i] = Σ_m w[m]·f(in[i + m]) (the input holds the taps' reach on both sides), or,
+// along a periodic axis, f(in[(i + m − reach) mod period]).  f(v) = v²·scale on the first
+// pass, v after.  Outputs are contiguous (n0, n1, n2); the input is addressed by strides.
+
+__device__ __forceinline__ int wrap_index(int p, int period) {
+    p %= period;
+    return p < 0 ? p + period : p;
+}
+
+// Along x (axis 0) or y (axis 1): each thread SEG consecutive outputs along the axis.
+// grid: (z tiles, the other of x/y, segments along the axis).
+template <int SEG, bool SQUARE>
+__global__ void __launch_bounds__(128)
+energy_cols(const float* __restrict__ in, long long base, long long s0, long long s1, long long s2,
+            int n0, int n1, int n2, int axis, const float* __restrict__ w, int ntaps, int periodic,
+            float scale, float* __restrict__ out) {
+    extern __shared__ float ws[];
+    for (int m = threadIdx.x; m < ntaps; m += blockDim.x) ws[m] = w[m];
+    __syncthreads();
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n2) return;
+    const int other = blockIdx.y;
+    const int a0 = blockIdx.z * SEG;
+    const int na = axis == 0 ? n0 : n1;
+    const long long sa = axis == 0 ? s0 : s1;
+    const long long row = base + (long long)k * s2 + (axis == 0 ? (long long)other * s1 : (long long)other * s0);
+    const int reach = ntaps / 2;
+    float acc[SEG];
+#pragma unroll
+    for (int s = 0; s < SEG; ++s) acc[s] = 0.0f;
+    for (int q = 0; q < SEG + ntaps - 1; ++q) {
+        int p = a0 + q;
+        if (periodic) p = wrap_index(p - reach, na);
+        else if (p >= na + ntaps - 1) break;
+        float v = in[row + (long long)p * sa];
+        if (SQUARE) v = v * v * scale;
+#pragma unroll
+        for (int s = 0; s < SEG; ++s) {
+            const int m = q - s;
+            if (m >= 0 && m < ntaps) acc[s] = fmaf(ws[m], v, acc[s]);
+        }
+    }
+    const long long so = axis == 0 ? (long long)n1 * n2 : (long long)n2;
+    const long long o = (long long)k + (axis == 0 ? (long long)other * n2 : (long long)other * n1 * n2);
+#pragma unroll
+    for (int s = 0; s < SEG; ++s)
+        if (a0 + s < na) out[o + (long long)(a0 + s) * so] = acc[s];
+}
+
+// Along z (contiguous): a block's ROW outputs from a shared tile; KEEP folds the running
+// maximum and its kernel index instead of writing out.  grid: (z tiles, y, x).
+template <bool KEEP>
+__global__ void __launch_bounds__(ROW)
+energy_rows(const float* __restrict__ in, long long base, long long s0, long long s1,
+            int n0, int n1, int n2, const float* __restrict__ w, int ntaps, int periodic,
+            float* __restrict__ out, int* __restrict__ arg, int kid) {
+    extern __shared__ float sh[];
+    float* ws = sh;
+    float* tile = sh + ntaps;
+    for (int m = threadIdx.x; m < ntaps; m += ROW) ws[m] = w[m];
+    const int k0 = blockIdx.x * ROW, j = blockIdx.y, i = blockIdx.z;
+    const long long row = base + (long long)i * s0 + (long long)j * s1;
+    const int reach = ntaps / 2, span = ROW + ntaps - 1;
+    for (int q = threadIdx.x; q < span; q += ROW) {
+        int p = k0 + q;
+        if (periodic) p = wrap_index(p - reach, n2);
+        tile[q] = (periodic || p < n2 + ntaps - 1) ? in[row + p] : 0.0f;
+    }
+    __syncthreads();
+    const int k = k0 + threadIdx.x;
+    if (k >= n2) return;
+    float acc = 0.0f;
+    for (int m = 0; m < ntaps; ++m) acc = fmaf(ws[m], tile[threadIdx.x + m], acc);
+    const long long o = ((long long)i * n1 + j) * n2 + k;
+    if (KEEP) {
+        if (acc > out[o]) { out[o] = acc; arg[o] = kid; }
+    } else {
+        out[o] = acc;
+    }
+}
+"""
+
+_ENERGY = None
 
 
-def _keep_max():
-    """Elementwise running maximum and the kernel that reached it (first wins ties)."""
-    global _KEEP_MAX
-    if _KEEP_MAX is None:
-        _KEEP_MAX = cp.ElementwiseKernel(
-            "float32 e, int32 kid", "float32 best, int32 arg",
-            "if (e > best) { best = e; arg = kid; }", "volsweep_keep_max")
-    return _KEEP_MAX
+def _energy_module():
+    global _ENERGY
+    if _ENERGY is None:
+        names = (f"energy_cols<{ENERGY_SEG}, true>", f"energy_cols<{ENERGY_SEG}, false>",
+                 "energy_rows<true>", "energy_rows<false>")
+        src = f"#define ROW {ENERGY_ROW}\n" + _ENERGY_SRC
+        mod = cp.RawModule(code=src, options=("-std=c++14",), name_expressions=names)
+        _ENERGY = {n: mod.get_function(n) for n in names}
+    return _ENERGY
+
+
+class LocalEnergy:
+    """The local energy of a block's responses and its running maximum, on the device.
+
+    Three separable passes (x, y, z) over the core and the taps' reach, fused with the
+    squaring and the running maximum; equal to :func:`volsweep.engine._plan.local_energy`
+    to float32 rounding.  Scratch buffers are allocated once per block.
+    """
+
+    def __init__(self, block):
+        self.block = block
+        self._scratch = {}
+
+    def _buffer(self, name, shape):
+        n = int(np.prod(shape))
+        buf = self._scratch.get(name)
+        if buf is None or buf.size < n:
+            buf = self._scratch[name] = cp.empty(n, dtype=cp.float32)
+        return buf[:n].reshape(shape)
+
+    def fold(self, g, taps, inv_energy, best, arg, kid):
+        """Fold kernel ``kid``'s local energy of response ``g`` into ``best``/``arg``."""
+        fn = _energy_module()
+        block = self.block
+        reach = _plan.taps_halo(taps)
+        core = [int(c) for c in block.core_shape]
+        per = [bool(p) for p in block.periodic]
+        ext = [0 if per[d] else reach[d] for d in range(3)]
+        start = [0 if per[d] else int(block.core_offset[d]) - reach[d] for d in range(3)]
+        st = [s // g.itemsize for s in g.strides]
+        base = sum(a * b for a, b in zip(start, st))
+        w = [_plan._taps_on(cp, t) for t in taps]
+        i32, i64 = np.int32, np.int64
+        # x: squared and scaled, the core along x with the reach along y and z
+        n = (core[0], core[1] + 2 * ext[1], core[2] + 2 * ext[2])
+        px = self._buffer("x", n)
+        grid = (-(-n[2] // 128), n[1], -(-n[0] // ENERGY_SEG))
+        fn[f"energy_cols<{ENERGY_SEG}, true>"](
+            grid, (128,), (g, i64(base), i64(st[0]), i64(st[1]), i64(st[2]), i32(n[0]), i32(n[1]),
+                           i32(n[2]), i32(0), w[0], i32(len(w[0])), i32(per[0]), np.float32(inv_energy), px),
+            shared_mem=4 * len(w[0]))
+        # y
+        m = (core[0], core[1], n[2])
+        py = self._buffer("y", m)
+        grid = (-(-m[2] // 128), m[0], -(-m[1] // ENERGY_SEG))
+        fn[f"energy_cols<{ENERGY_SEG}, false>"](
+            grid, (128,), (px, i64(0), i64(n[1] * n[2]), i64(n[2]), i64(1), i32(m[0]), i32(m[1]),
+                           i32(m[2]), i32(1), w[1], i32(len(w[1])), i32(per[1]), np.float32(1), py),
+            shared_mem=4 * len(w[1]))
+        # z, folded into the running maximum
+        grid = (-(-core[2] // ENERGY_ROW), core[1], core[0])
+        fn["energy_rows<true>"](
+            grid, (ENERGY_ROW,), (py, i64(0), i64(m[1] * m[2]), i64(m[2]), i32(core[0]), i32(core[1]),
+                                  i32(core[2]), w[2], i32(len(w[2])), i32(per[2]), best, arg, i32(kid)),
+            shared_mem=4 * (2 * len(w[2]) + ENERGY_ROW - 1))
