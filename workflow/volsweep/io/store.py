@@ -27,6 +27,18 @@ def ome_metadata(name: str, spacing, unit=None) -> dict:
             {"type": "scale", "scale": [float(s) for s in spacing]}]}]}]}
 
 
+def compressors(dtype):
+    """The codecs of every array volsweep writes: Blosc LZ4 with byte shuffle, level 1.
+
+    Its header declares the decoded size (the readers bound it), and it encodes 2-5x
+    faster than zarr's default zstd for a few percent more bytes on float32 maps (and
+    about 1.5x the bytes of zstd for uint16 indices).
+    """
+    from zarr.codecs import BloscCodec
+
+    return (BloscCodec(cname="lz4", clevel=1, shuffle="shuffle", typesize=np.dtype(dtype).itemsize),)
+
+
 def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
                  fill_value=float("nan"), spacing=(1.0, 1.0, 1.0), unit=None, name="volume"):
     """Create an OME-Zarr (NGFF 0.5, Zarr v3) image whose sharded array is at ``0``.
@@ -42,7 +54,7 @@ def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
                               attributes={"ome": ome_metadata(name, spacing, unit), **attrs})
     return group.create_array("0", shape=tuple(shape), chunks=tuple(chunks), shards=shards,
                               dtype=dtype, fill_value=fill_value, attributes=attrs,
-                              dimension_names=AXES)
+                              compressors=compressors(dtype), dimension_names=AXES)
 
 
 def open_store(path, mode="r"):
