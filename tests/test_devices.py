@@ -198,3 +198,38 @@ def test_claim_in_a_subprocess_sets_cuda_visible_devices_before_import(env):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["0", "0", None]
+
+
+def test_thickness_job_resolves_auto_to_the_gpu(tmp_path, monkeypatch):
+    # a job's volume starts on the host, where the library's "auto" would mean the CPU
+    import numpy as np
+
+    import volsweep.thickness as lt_mod
+    from volsweep import backend
+    from volsweep.io.store import create_store
+    from volsweep.steps import thickness as step
+
+    vol = np.zeros((9, 8, 7), np.float32)
+    vol[2:7, 2:6, 1:6] = 1
+    store = create_store(tmp_path / "v.zarr", vol.shape, chunks=(8, 8, 7), shards=(8, 8, 7),
+                         attrs={"source_sha256": "0" * 64, "name": "v",
+                                "phase": {"threshold": 0.5, "label": None, "invert": False}})
+    store[...] = vol
+    seen = []
+    cpu = lt_mod.local_thickness
+
+    def fake(binary, *, spacing, device):
+        seen.append(device)
+        return cpu(binary, spacing=spacing, device="cpu")
+
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(lt_mod, "local_thickness", fake)
+    monkeypatch.setattr(step, "device_label", lambda device: f"label:{device}")
+    step.thickness(tmp_path / "v.zarr", tmp_path / "t.zarr", tmp_path / "t.nc",
+                   thickness={"threshold": 0.5, "label": None, "invert": False, "bins": 8},
+                   device="auto", provenance={}, name="v")
+    assert seen == ["cuda"]
+    import xarray as xr
+
+    with xr.open_dataset(tmp_path / "t.nc") as ds:
+        assert ds.attrs["device"] == "label:cuda"

@@ -20,10 +20,17 @@ def open_volume_store(volume_zarr):
     return store, tuple(store.attrs["spacing"])
 
 
-def uses_gpu(device) -> bool:
+def job_device(device) -> str:
+    """The device a job computes on: the config's ``device`` with ``auto`` resolved to a GPU
+    when there is one (the library's ``auto`` follows the array, and a job's arrays start
+    on the host)."""
     from volsweep.backend import resolve_device
 
-    return resolve_device(device) == "cuda"
+    return resolve_device(device)
+
+
+def uses_gpu(device) -> bool:
+    return job_device(device) == "cuda"
 
 
 def device_label(device) -> str:

@@ -19,7 +19,7 @@ from volsweep.io import datasets
 from volsweep.io.atomic import atomic_dir, atomic_file
 from volsweep.io.complete import IncompleteError, check_written, require_complete
 from volsweep.io.store import create_store, open_store
-from volsweep.steps._common import device_label, open_volume_store, store_root
+from volsweep.steps._common import device_label, job_device, open_volume_store, store_root
 from volsweep.tiling import plan_tiles
 
 log = logging.getLogger("volsweep")
@@ -38,6 +38,7 @@ def thickness(volume_zarr, out_zarr, out_nc, *, thickness: dict, device, provena
     """Rule thickness: the whole volume's local thickness in one call, store and distribution."""
     from volsweep.thickness import distribution_from_counts, local_thickness, value_counts
 
+    device = job_device(device)
     store, spacing = open_volume_store(volume_zarr)
     binary = _phase(store[...], store, thickness, name=f"volumes.{name}")
     start = time.perf_counter()
@@ -97,6 +98,7 @@ def thickness_rmax(volume_zarr, out_json, *, thickness: dict, device, name, chun
     """
     from volsweep.thickness import max_inscribed_radius
 
+    device = job_device(device)
     store, spacing = open_volume_store(volume_zarr)
     binary = _phase(store[...], store, thickness, name=f"volumes.{name}")
     r_max = max_inscribed_radius(binary, spacing=spacing, device=device)
@@ -129,6 +131,7 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, shard, c
     """
     from volsweep.thickness import local_thickness_core, thickness_halo, value_counts
 
+    device = job_device(device)
     store, spacing = open_volume_store(volume_zarr)
     r_max = json.loads(Path(rmax_json).read_text())["r_max"]
     tiles = plan_tiles(store.shape, chunk, thickness_halo(r_max, spacing))
