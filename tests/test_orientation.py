@@ -24,19 +24,22 @@ def _vol(shape, seed):
     return np.random.default_rng(seed).random(shape)
 
 
-def _oracle_local_energy(v, a, th, ph, xi, sigma, spacing):
-    """float64 brute force: G on the reflect extension, G²/W, separable Gaussian, core."""
+def _oracle_local_energy(v, a, th, ph, xi, sigma, spacing, boundary="mode"):
+    """float64 brute force: G on the extension (reflect, or the mean for ``boundary='mean'``),
+    G²/W, separable Gaussian, core; and G on the reflect extension."""
     taps = gaussian_taps(sigma, spacing)
     reach = taps_halo(taps)
     hw = reference_halfwidth(a, max(xi), spacing)
     pad = [r + h + 1 for r, h in zip(reach, hw)]
     big = np.pad(v, [(p, p) for p in pad], mode="symmetric")  # scipy's 'reflect'
+    mean = np.pad(v - v.mean(), [(p, p) for p in pad])  # the mean outside, V − mean inside
     out = []
     for t in th:
         for p in ph:
             for x in xi:
                 g = oracle.response(big, a, t, p, x, spacing, "wrap")  # exact away from the edges
-                e = g * g / wavelet_energy(a, [x], spacing)[0]
+                gm = oracle.response(mean, a, t, p, x, spacing, "wrap") if boundary == "mean" else g
+                e = gm * gm / wavelet_energy(a, [x], spacing)[0]
                 for d in range(3):
                     e = ndi.correlate1d(e, taps[d], axis=d, mode="constant")
                 core = tuple(slice(q, q + n) for q, n in zip(pad, v.shape))
@@ -44,13 +47,15 @@ def _oracle_local_energy(v, a, th, ph, xi, sigma, spacing):
     return out
 
 
-def test_local_energy_matches_bruteforce():
+@pytest.mark.parametrize("boundary", ["mean", "mode"])
+def test_local_energy_matches_bruteforce(boundary):
     v = _vol((13, 11, 9), seed=1)
     th, ph, xi = [0.0, 0.6, np.pi / 2], [0.0, 1.0], [0.7, 1.0, 1.5]
     a, sigma = 1.0, 1.2
     ds = sweep(v, th, ph, xi, a=a, spacing=SPACING, device="cpu", progress=False,
-               orientation_map=True, integration_scale=sigma)
-    ref = _oracle_local_energy(v, a, th, ph, xi, sigma, SPACING)
+               orientation_map=True, integration_scale=sigma, orientation_boundary=boundary)
+    assert ds.attrs["orientation_boundary"] == boundary
+    ref = _oracle_local_energy(v, a, th, ph, xi, sigma, SPACING, boundary)
     e = np.stack([r[0] for r in ref])
     g = np.stack([r[1] for r in ref])
     directional = np.array([x != 1.0 for _ in th for _ in ph for x in xi])
@@ -68,14 +73,19 @@ def test_local_energy_matches_bruteforce():
     assert ds.attrs["orientation_rule"] == "local_energy" and ds.attrs["integration_scale"] == sigma
 
 
-@pytest.mark.parametrize("mode", ["reflect", "wrap"])
-def test_local_energy_tiled_equals_untiled(mode):
+@pytest.mark.parametrize("mode, limit", [("reflect", 2.8e6), ("wrap", 8e6)])
+def test_local_energy_tiled_equals_untiled(mode, limit):
     v = _vol((30, 24, 20), seed=2)  # 24 and 20 are fast: wrap transforms them at their period
     kw = dict(a=1.0, spacing=SPACING, mode=mode, device="cpu", progress=False, orientation_map=True)
     th, ph, xi = [0.2, 1.0], [0.4, 2.0], [0.8, 2.0]
     whole = sweep(v, th, ph, xi, **kw)
-    tiled = sweep(v, th, ph, xi, memory_limit=8e6, **kw)
+    tiled = sweep(v, th, ph, xi, memory_limit=limit, **kw)
     assert tiled.attrs["n_blocks"] > 1 and whole.attrs["n_blocks"] == 1
+    if mode == "reflect":  # the map's own pass on the mean extension: tiled halos are full
+        assert tiled.attrs["orientation_n_blocks"] > 1 and whole.attrs["orientation_n_blocks"] == 1
+        assert np.all(np.array(tiled.attrs["orientation_halo"]) > np.array(whole.attrs["orientation_halo"]))
+    np.testing.assert_allclose(tiled["response_max"].values, whole["response_max"].values, rtol=1e-5,
+                               atol=1e-6 * np.abs(whole["response_max"].values).max())
     np.testing.assert_allclose(tiled["local_energy_max"].values, whole["local_energy_max"].values, rtol=1e-5)
     for name in ("argmax_theta", "argmax_phi", "argmax_xi"):
         assert np.mean(tiled[name].values == whole[name].values) > 0.999, name

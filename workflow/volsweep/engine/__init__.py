@@ -56,6 +56,15 @@ BYTES_PER_LOCAL_ENERGY_VOXEL = 24
 #: taken as a sheet), σ = 0.5·a 85% and 67%; where two families at 60° cross, smaller is
 #: better (σ = 0.25·a 92%, σ = a 70%), and both families are found at either.
 INTEGRATION_SCALE_PER_A = 1.0
+#: Where the per-voxel map's responses come from outside a non-periodic volume:
+#: ``'mean'`` (default), the volume's mean (``G = ψ ⊛ ((V − mean V)·1_V)``: no structure
+#: is invented beyond the faces, ``docs/definitions.md``, "Orientation"), or ``'mode'``,
+#: the boundary mode's extension, as the statistics (mirrored fibres corrupt the map
+#: within a few voxels of the faces).  Measured on a 64³ open box of six fibres (radius
+#: 2.5, noise σ = 0.3, a = √2·R, 12 × 12 grid, benchmarks/bench_orientation.py):
+#: ``'mode'`` with ``reflect`` put 93.8% of the fibre voxels within one grid step (48% of
+#: those on a face), ``'mean'`` 100%.
+ORIENTATION_BOUNDARIES = ("mean", "mode")
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -161,12 +170,108 @@ def _bytes_per_voxel(orientation_map, orientation_rule="local_energy") -> int:
                                      else BYTES_PER_OMAP_VOXEL)
 
 
+class _Shifted:
+    """The volume minus a constant, read lazily (what the map's pass reads with ``constant``
+    mode: outside the volume its mean, inside ``V − mean``)."""
+
+    def __init__(self, volume, shift: float):
+        self.volume, self.shift = volume, np.float32(shift)
+        self.shape = tuple(int(n) for n in volume.shape)
+        self.dtype = np.dtype(np.float32)
+        self.ndim = 3
+
+    def __getitem__(self, box):
+        xp = _be.get_array_module(self.volume)
+        return xp.asarray(self.volume[box], dtype=xp.float32) - self.shift
+
+
+def _map_halo(map_scales, xi_dir, theta, phi, spacing, truncate, sigma, tiled) -> tuple[int, int, int]:
+    """Halo of the map's pass on the mean extension (zeros around ``V − mean``).
+
+    Circular wrap-around brings data from ``≥ 2·halo − reach + 1`` voxels away when the
+    block's padding is zero, so half the kernel's reach ``K`` suffices:
+    ``max(reach, ⌈(K + reach)/2⌉)`` with ``reach`` the integration's; a tiled pass has
+    real voxels in its halos and needs ``K + reach``.
+    """
+    k = np.asarray(_halo(map_scales, xi_dir, theta, phi, spacing, truncate))
+    r = np.asarray(taps_halo(gaussian_taps(float(sigma), spacing)))
+    h = k + r if tiled else np.maximum(r, -(-(k + r) // 2))
+    return tuple(int(v) for v in h)
+
+
+class _Pass:
+    """One run of the engine over the volume: its kernels, halo, blocks and role.
+
+    ``role``: ``'all'`` (statistics and, if asked, the map, one pass), ``'stats'``
+    (statistics and ``response_max`` on the boundary mode), ``'map'`` (the local-energy
+    map on the mean extension, its statistics discarded).
+    """
+
+    def __init__(self, role, ks, halo, bpv, mode, blocks, untiled, sub=None):
+        self.role, self.ks, self.halo, self.bpv, self.mode = role, ks, halo, bpv, mode
+        self.blocks, self.untiled, self.sub = blocks, untiled, sub
+
+
+def _full_rep(ks_map, xi_dir, theta, phi, a_index, xi_index, grid, a_dim) -> np.ndarray:
+    """Per unique kernel of the map's pass (grid (scales of the map, θ, φ, ξ ≠ 1)), its lowest
+    flat index in the call's grid ([a,] θ, φ, ξ), for :func:`unravel_argmax`."""
+    sub = (len(np.unique(ks_map.a)), len(theta), len(phi), len(xi_dir))
+    ia, it, ip, ix = np.unravel_index(ks_map.rep, sub)
+    a_full = np.array([a_index[float(v)] for v in ks_map.a])
+    x_full = np.array([xi_index[float(v)] for v in np.asarray(xi_dir)[ix]])
+    full = (a_full,) if a_dim else ()
+    return np.ravel_multi_index(full + (it, ip, x_full), grid).astype(np.int64)
+
+
+def _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncate, mode, stats,
+                 orientation_map, orientation_rule, sigmas, orientation_boundary, memory_limit):
+    """The engine passes of a call (:class:`_Pass`): one, or with the local-energy map of a
+    non-periodic volume on the mean extension (``orientation_boundary='mean'``), two."""
+    local = bool(orientation_map) and orientation_rule == "local_energy"
+    split = local and mode != "wrap" and orientation_boundary == "mean"
+
+    def tile_for(halo, bpv):
+        return None if memory_limit is None else tile_shape_for_budget(shape, halo, bpv, memory_limit)
+
+    passes = []
+    ks = unique_kernels(theta, phi, xi_arr, a_vals)
+    if split:
+        bpv = BYTES_PER_PADDED_VOXEL + BYTES_PER_OMAP_VOXEL
+        halo = _halo(a_vals, xi_arr, theta, phi, spacing, truncate)
+    else:
+        bpv = _bytes_per_voxel(orientation_map, orientation_rule)
+        halo = _halo(a_vals, xi_arr, theta, phi, spacing, truncate, sigmas if local else None)
+    tile = tile_for(halo, bpv)
+    untiled = tile is None or tuple(tile) == tuple(shape)
+    parseval = mode == "wrap" and set(stats) <= PARSEVAL_STATS and untiled and not orientation_map
+    blocks = make_blocks(shape, halo, mode, None if untiled else tile, force_period=parseval)
+    passes.append(_Pass("stats" if split else "all", ks, halo, bpv, mode, blocks, untiled))
+    passes[0].parseval = parseval
+    if split:
+        xi_dir = xi_arr[xi_arr != 1.0]
+        ks_map = unique_kernels(theta, phi, xi_dir, map_scales)
+        sigma = float(np.max(sigmas[np.isin(a_vals, map_scales)]))
+        bpv = BYTES_PER_PADDED_VOXEL + BYTES_PER_LOCAL_ENERGY_VOXEL
+        halo = _map_halo(map_scales, xi_dir, theta, phi, spacing, truncate, sigma, tiled=False)
+        tile = tile_for(halo, bpv)
+        untiled = tile is None or tuple(tile) == tuple(shape)
+        if not untiled:
+            halo = _map_halo(map_scales, xi_dir, theta, phi, spacing, truncate, sigma, tiled=True)
+            tile = tile_for(halo, bpv)
+        blocks = make_blocks(shape, halo, "constant", None if untiled else tile)
+        p = _Pass("map", ks_map, halo, bpv, "constant", blocks, untiled, sub=xi_dir)
+        p.parseval = False
+        passes.append(p)
+    return passes
+
+
 def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
                  truncate=_wv.DEFAULT_TRUNCATE, orientation_map=False, integration_scale=None,
-                 orientation_rule="local_energy") -> tuple[int, int]:
+                 orientation_rule="local_energy", mode="reflect", orientation_a=None,
+                 orientation_boundary="mean") -> tuple[int, int]:
     """Bytes :func:`sweep` plans for the untiled volume and for its smallest (1-voxel) tile.
 
-    The same model :func:`sweep` tiles by under ``memory_limit``.
+    The same model :func:`sweep` tiles by under ``memory_limit`` (the largest of its passes).
 
     Examples
     --------
@@ -177,11 +282,31 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
     a_vals, _ = _check_scales(a)
     xi = np.atleast_1d(np.asarray(xi, dtype=np.float64))
     sp = _wv.check_spacing(spacing)
-    sig = _integration_scales(integration_scale, a_vals) if orientation_map and orientation_rule == "local_energy" else None
-    halo = _halo(a_vals, xi, theta, phi, sp, truncate, sig)
-    bpv = _bytes_per_voxel(orientation_map, orientation_rule)
-    return (math.prod(fast_shape(shape, halo)) * bpv,
-            math.prod(fast_shape((1,) * len(shape), halo)) * bpv)
+    sig = _integration_scales(integration_scale, a_vals)
+    map_scales = _map_scales(orientation_a, a_vals, a)
+    passes = _plan_passes(tuple(int(n) for n in shape), theta, phi, xi, a_vals, map_scales, sp, truncate,
+                          mode, ("energy",), orientation_map, orientation_rule, sig, orientation_boundary, None)
+    untiled = smallest = 0
+    for p in passes:
+        halo = p.halo
+        if p.role == "map":
+            full = _map_halo(map_scales, p.sub, theta, phi, sp, truncate,
+                             float(np.max(sig[np.isin(a_vals, map_scales)])), tiled=True)
+        else:
+            full = halo
+        untiled = max(untiled, math.prod(fast_shape(shape, halo)) * p.bpv)
+        smallest = max(smallest, math.prod(fast_shape((1,) * len(shape), full)) * p.bpv)
+    return untiled, smallest
+
+
+def _map_scales(orientation_a, a_vals, a):
+    """The scales of the map (``orientation_a``, checked against ``a``), in the order of ``a``."""
+    if orientation_a is None:
+        return a_vals
+    m = np.atleast_1d(np.asarray(orientation_a, dtype=np.float64))
+    if m.ndim != 1 or m.size == 0 or not np.all(np.isin(m, a_vals)):
+        raise ValueError(f"orientation_a must be some of the values of a={a!r}, got orientation_a={orientation_a!r}")
+    return a_vals[np.isin(a_vals, m)]
 
 
 #: Per device: seconds per unique kernel and padded voxel·log2(padded voxels) of one
@@ -199,17 +324,20 @@ COST_CONSTANTS = {
 
 def sweep_cost(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
                truncate=_wv.DEFAULT_TRUNCATE, device="cpu", stats=STATS, orientation_map=False,
-               integration_scale=None, orientation_rule="local_energy", memory_limit=None) -> dict:
+               integration_scale=None, orientation_rule="local_energy", memory_limit=None,
+               orientation_a=None, orientation_boundary="mean") -> dict:
     """What :func:`sweep` will do and what it should cost, without running it.
 
     Returns
     -------
     dict
-        ``n_kernels`` (grid points), ``n_unique_kernels`` (computed), ``n_blocks``,
-        ``fft_shapes`` (per block), ``halo``, ``method`` (``parseval`` or ``irfft``),
-        ``seconds`` (estimate: per block ``unique kernels × (c·N·log2 N + c0)`` with
-        per-device constants :data:`COST_CONSTANTS`, plus the local-energy passes) and
-        ``peak_bytes`` (the :func:`memory_needs` model of the largest block).
+        ``n_kernels`` (grid points), ``n_unique_kernels`` (computed for the statistics),
+        ``n_blocks``, ``fft_shapes`` (per block), ``halo``, ``method`` (``parseval`` or
+        ``irfft``), ``seconds`` (estimate: per block ``unique kernels × (c·N·log2 N + c0)``
+        with per-device constants :data:`COST_CONSTANTS`, plus the local-energy passes),
+        ``peak_bytes`` (the :func:`memory_needs` model of the largest block) and, when the
+        map has its own pass on the mean extension, ``map_n_kernels``, ``map_fft_shapes``
+        and ``map_halo``.
 
     Examples
     --------
@@ -224,30 +352,34 @@ def sweep_cost(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect
     stats = check_stats(stats)
     dev = "cuda" if device == "cuda" else "cpu"
     local = bool(orientation_map) and orientation_rule == "local_energy"
-    sig = _integration_scales(integration_scale, a_vals) if local else None
-    halo = _halo(a_vals, xi, theta, phi, sp, truncate, sig)
-    bpv = _bytes_per_voxel(orientation_map, orientation_rule)
+    sig = _integration_scales(integration_scale, a_vals)
+    map_scales = _map_scales(orientation_a, a_vals, a)
     shape = tuple(int(n) for n in shape)
-    tile = None if memory_limit is None else tile_shape_for_budget(shape, halo, bpv, memory_limit)
-    untiled = tile is None or tuple(tile) == shape
-    parseval = mode == "wrap" and set(stats) <= PARSEVAL_STATS and untiled and not orientation_map
-    blocks = make_blocks(shape, halo, mode, None if untiled else tile, force_period=parseval)
-    ks = unique_kernels(theta, phi, xi, a_vals)
+    passes = _plan_passes(shape, theta, phi, xi, a_vals, map_scales, sp, truncate, mode, stats,
+                          orientation_map, orientation_rule, sig, orientation_boundary, memory_limit)
     k = COST_CONSTANTS[dev]
-    n_dir = int(np.sum(~ks.isotropic))
     secs = 0.0
-    for b in blocks:
-        n = math.prod(b.fft_shape)
-        per = k["parseval"] * n if parseval else k["irfft"] * n * math.log2(max(n, 2))
-        secs += len(ks.xi) * (per + k["per_kernel"])
-        if local:
-            taps = sum(len(w) for w in gaussian_taps(float(np.max(sig)), sp))
-            secs += n_dir * k["local_energy"] * math.prod(b.core_shape) * taps
-    return {"n_kernels": int(len(ks.inverse)), "n_unique_kernels": int(len(ks.xi)),
-            "n_blocks": len(blocks), "fft_shapes": [list(b.fft_shape) for b in blocks],
-            "halo": list(halo), "method": "parseval" if parseval else "irfft",
-            "seconds": float(secs), "peak_bytes": int(max(math.prod(b.fft_shape) for b in blocks) * bpv),
-            "device": dev}
+    for ps in passes:
+        n_dir = int(np.sum(~ps.ks.isotropic & np.isin(ps.ks.a, map_scales)))
+        for b in ps.blocks:
+            n = math.prod(b.fft_shape)
+            per = k["parseval"] * n if ps.parseval else k["irfft"] * n * math.log2(max(n, 2))
+            secs += len(ps.ks.xi) * (per + k["per_kernel"])
+            if local and ps.role != "stats":
+                taps = sum(len(w) for w in gaussian_taps(float(np.max(sig)), sp))
+                secs += n_dir * k["local_energy"] * math.prod(b.core_shape) * taps
+    first = passes[0]
+    out = {"n_kernels": int(len(first.ks.inverse)), "n_unique_kernels": int(len(first.ks.xi)),
+           "n_blocks": len(first.blocks), "fft_shapes": [list(b.fft_shape) for b in first.blocks],
+           "halo": list(first.halo), "method": "parseval" if first.parseval else "irfft",
+           "seconds": float(secs),
+           "peak_bytes": int(max(math.prod(b.fft_shape) * ps.bpv for ps in passes for b in ps.blocks)),
+           "device": dev}
+    if len(passes) > 1:
+        mp = passes[1]
+        out.update(map_n_kernels=int(len(mp.ks.xi)), map_fft_shapes=[list(b.fft_shape) for b in mp.blocks],
+                   map_halo=list(mp.halo))
+    return out
 
 
 def _engine(dev):
@@ -263,7 +395,7 @@ def _engine(dev):
 def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
           truncate=_wv.DEFAULT_TRUNCATE, stats=STATS, device="auto", memory_limit=None,
           progress=True, orientation_map=False, integration_scale=None,
-          orientation_rule="local_energy", orientation_a=None, unit=None):
+          orientation_rule="local_energy", orientation_a=None, orientation_boundary="mean", unit=None):
     """Statistics of the volume's responses to an (a, θ, φ, ξ) grid of stretched Mexican hats.
 
     Parameters
@@ -314,6 +446,13 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         best at ``MAP_SCALE_PER_RADIUS`` while the dominant direction wants
         ``SCALE_PER_RADIUS`` (:mod:`volsweep.engine.orientation`): one call with
         ``a=[map_a, stats_a], orientation_a=map_a`` gives both.
+    orientation_boundary : {'mean', 'mode'}
+        Outside a non-periodic volume (``mode`` ``reflect`` or ``constant``), the
+        local-energy map's responses see the volume's mean (``'mean'``, the default:
+        ``G = ψ ⊛ ((V − mean V)·1_V)``, a second pass over the map's kernels) or the
+        boundary mode's extension, as the statistics (``'mode'``: one pass; ``reflect``
+        mirrors fibres that cross a face, and the map is wrong within a few voxels of the
+        faces).  ``wrap`` has no faces: one pass.
     orientation_rule : {'local_energy', 'response'}
         ``'local_energy'``: per voxel, the ξ ≠ 1 kernel whose local energy
         ``Gσ ⊛ (G²/wavelet_energy)`` is largest.  ``'response'``: the kernel whose raw
@@ -359,13 +498,12 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
                          f"orientation_rule={orientation_rule!r}")
     if unit is not None and not isinstance(unit, str):
         raise TypeError(f"unit must be a string or None, got unit={unit!r}")
+    if orientation_boundary not in ORIENTATION_BOUNDARIES:
+        raise ValueError(f"orientation_boundary must be one of {ORIENTATION_BOUNDARIES}, got "
+                         f"orientation_boundary={orientation_boundary!r}")
     local = bool(orientation_map) and orientation_rule == "local_energy"
     sigmas = _integration_scales(integration_scale, a_vals)
-    map_scales = a_vals
-    if orientation_a is not None:
-        map_scales = np.atleast_1d(np.asarray(orientation_a, dtype=np.float64))
-        if map_scales.ndim != 1 or map_scales.size == 0 or not np.all(np.isin(map_scales, a_vals)):
-            raise ValueError(f"orientation_a must be some of the values of a={a!r}, got orientation_a={orientation_a!r}")
+    map_scales = _map_scales(orientation_a, a_vals, a)
     if local and np.all(xi_arr == 1.0):
         raise ValueError(f"orientation_map needs some xi != 1: xi = 1 is isotropic and has no "
                          f"direction, got xi={xi!r}")
@@ -375,53 +513,70 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     volume = _check_volume(volume)
     shape = tuple(int(n) for n in volume.shape)
 
-    # --- kernels, halo, blocks
-    ks = unique_kernels(theta, phi, xi_arr, a_vals)
-    halo = _halo(a_vals, xi_arr, theta, phi, spacing, truncate, sigmas if local else None)
-    bpv = _bytes_per_voxel(orientation_map, orientation_rule)
+    # --- passes: kernels, halo, blocks
     engine = _engine(dev)
     if memory_limit is None:
         memory_limit = engine.default_budget()
-    tile_shape = None
-    if memory_limit is not None:
-        tile_shape = tile_shape_for_budget(shape, halo, bpv, memory_limit)
-    untiled = tile_shape is None or tuple(tile_shape) == shape
-    parseval = (mode == "wrap" and set(stats) <= PARSEVAL_STATS and untiled and not orientation_map)
-    blocks = make_blocks(shape, halo, mode, None if untiled else tile_shape, force_period=parseval)
+    passes = _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncate, mode, stats,
+                          orientation_map, orientation_rule, sigmas, orientation_boundary, memory_limit)
     a_index = {float(v): i for i, v in enumerate(a_vals)}
     w_energy = np.stack([_wv.wavelet_energy(float(v), xi_arr, spacing) for v in a_vals])  # (n_a, n_xi)
     xi_index = {float(v): i for i, v in enumerate(xi_arr)}
-    job = Job(ks=ks, spacing=spacing, mode=mode, parseval=parseval,
-              omap=orientation_rule if orientation_map else None)
-    if local:
-        taps_of = {float(v): gaussian_taps(float(sg), spacing) for v, sg in zip(a_vals, sigmas)}
-        job.taps = [taps_of[float(v)] for v in ks.a]
-        job.inv_energy = np.array([1.0 / w_energy[a_index[float(v)], xi_index[float(x)]]
-                                   for v, x in zip(ks.a, ks.xi)])
-        job.directional = ~ks.isotropic & np.isin(ks.a, map_scales)
-
-    # --- run
-    prog = _progress(len(ks.xi) * len(blocks), "sweep", progress, sync=getattr(engine, "sync", None),
-                     unit="kernels")
-    if progress:
-        log.info("sweep: %d kernels (%d unique) x %d block(s) of FFT shape %s, halo %s, device %s",
-                 len(ks.inverse), len(ks.xi), len(blocks), blocks[0].fft_shape, halo, dev)
     grid = ((len(a_vals),) if a_dim else ()) + (len(theta), len(phi), len(xi_arr))
     axes = (("a",) if a_dim else ()) + ("theta", "phi", "xi")
+    jobs = []
+    for ps in passes:
+        ks = ps.ks
+        omap = None
+        if orientation_map:
+            omap = "response" if ps.role == "stats" else orientation_rule
+        job = Job(ks=ks, spacing=spacing, mode=ps.mode, parseval=ps.parseval, omap=omap)
+        if omap == "local_energy":
+            taps_of = {float(v): gaussian_taps(float(sg), spacing) for v, sg in zip(a_vals, sigmas)}
+            job.taps = [taps_of[float(v)] for v in ks.a]
+            job.inv_energy = np.array([1.0 / w_energy[a_index[float(v)], xi_index[float(x)]]
+                                       for v, x in zip(ks.a, ks.xi)])
+            job.directional = ~ks.isotropic & np.isin(ks.a, map_scales)
+        jobs.append(job)
+    ks, halo, blocks = passes[0].ks, passes[0].halo, passes[0].blocks
+
+    # --- run
+    prog = _progress(sum(len(ps.ks.xi) * len(ps.blocks) for ps in passes), "sweep", progress,
+                     sync=getattr(engine, "sync", None), unit="kernels")
+    if progress:
+        for ps in passes:
+            log.info("sweep (%s): %d kernels (%d unique) x %d block(s) of FFT shape %s, halo %s, "
+                     "device %s", ps.role, len(ps.ks.inverse), len(ps.ks.xi), len(ps.blocks),
+                     ps.blocks[0].fft_shape, ps.halo, dev)
     parts, maps = [], None
     if orientation_map:
         maps = {"response_max": np.empty(shape, np.float32)}
         if local:
             maps["local_energy_max"] = np.empty(shape, np.float32)
         idx_maps = [np.empty(shape, np.uint16) for _ in axes]
-    for blk in blocks:
-        part, pmap = engine.run_block(volume, blk, job, prog)
-        parts.append(part)
-        if pmap is not None:
-            for name in maps:
-                maps[name][blk.core] = _be.to_numpy(pmap[name])
-            unravel_argmax(pmap["arg"], ks.rep, grid, [m[blk.core] for m in idx_maps])
-            del pmap
+    shifted = None
+    for ps, job in zip(passes, jobs):
+        source = volume
+        if ps.role == "map":  # the mean extension: zeros around V − mean(V)
+            xp = _be.get_array_module(volume)
+            shifted = float(xp.mean(volume, dtype=xp.float64))
+            source = _Shifted(volume, shifted)
+            rep = _full_rep(ps.ks, ps.sub, theta, phi, a_index, xi_index, grid, a_dim)
+        else:
+            rep = ps.ks.rep
+        for blk in ps.blocks:
+            part, pmap = engine.run_block(source, blk, job, prog)
+            if ps.role != "map":
+                parts.append(part)
+            if pmap is not None:
+                names = ["response_max"] if ps.role == "stats" else list(maps)
+                if ps.role == "map":
+                    names = ["local_energy_max"]
+                for name in names:
+                    maps[name][blk.core] = _be.to_numpy(pmap[name])
+                if ps.role != "stats":
+                    unravel_argmax(pmap["arg"], rep, grid, [m[blk.core] for m in idx_maps])
+                del pmap
     prog.close()
     total = merge(parts)
     values = finalize(total, stats)
@@ -450,7 +605,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
                  device=_be.device_name(dev), halo=list(halo),
                  fft_shape=list(blocks[0].fft_shape), n_blocks=len(blocks),
                  n_kernels=int(len(ks.inverse)), n_unique_kernels=int(len(ks.xi)),
-                 method="parseval" if parseval else "irfft",
+                 method="parseval" if passes[0].parseval else "irfft",
                  isotropic_xi="xi = 1 is isotropic: its orientations are one kernel, computed once",
                  **_versions(dev))
     if unit is not None:
@@ -461,5 +616,11 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
             attrs["integration_scale"] = list(map(float, sigmas)) if a_dim else float(sigmas[0])
             if a_dim:
                 attrs["orientation_a"] = list(map(float, map_scales))
+            attrs["orientation_boundary"] = "mean" if len(passes) > 1 else "mode"
+            if len(passes) > 1:
+                attrs["orientation_mean"] = shifted
+                attrs["orientation_halo"] = list(passes[1].halo)
+                attrs["orientation_fft_shape"] = list(passes[1].blocks[0].fft_shape)
+                attrs["orientation_n_blocks"] = len(passes[1].blocks)
     ds = xr.Dataset(data_vars, coords=coords, attrs=attrs)
     return annotate(ds)
