@@ -19,3 +19,23 @@ def test_disabled_progress_is_silent_and_never_syncs(caplog):
     for _ in range(3):
         p.step()
     assert not caplog.records
+
+
+def test_step_profile_goes_to_the_log(tmp_path, monkeypatch):
+    # VOLSWEEP_PROFILE appends the step's functions by cumulative time to its log
+    from types import SimpleNamespace
+
+    from volsweep.steps import runner
+
+    def busy_step(n):
+        return sum(i * i for i in range(n))
+
+    obj = SimpleNamespace(log=[str(tmp_path / "a.log")], rule="r", wildcards={})
+    runner.run_script(busy_step, obj, n=1000)
+    assert "profile" not in (tmp_path / "a.log").read_text()
+    monkeypatch.setenv(runner.ENV_PROFILE, "1")
+    obj.log = [str(tmp_path / "b.log")]
+    runner.run_script(busy_step, obj, n=1000)
+    text = (tmp_path / "b.log").read_text()
+    assert "busy_step: profile (VOLSWEEP_PROFILE)" in text and "cumulative" in text
+    assert "test_progress.py" in text and "busy_step: done in" in text

@@ -15,7 +15,7 @@ import numpy as np
 
 from volsweep.io.atomic import atomic_dir
 from volsweep.io.complete import missing_shards, IncompleteError, require_complete
-from volsweep.io.store import compressors, create_store
+from volsweep.io.store import WRITE_CONFIG, compressors, create_store
 
 log = logging.getLogger("volsweep")
 
@@ -53,7 +53,7 @@ def create(path, shape, *, chunks, shards, spacing, arrays=INDEX_ARRAYS, dtypes=
         dtype = np.dtype((dtypes or {}).get(name, np.uint16))
         fill = NO_INDEX if dtype == np.uint16 else float("nan")
         group.create_array(name, shape=tuple(shape), chunks=out.chunks, shards=out.shards,
-                           dtype=dtype, fill_value=fill, compressors=compressors(dtype),
+                           dtype=dtype, fill_value=fill, compressors=compressors(dtype), config=WRITE_CONFIG,
                            dimension_names=("x", "y", "z"))
     return group
 

@@ -27,6 +27,11 @@ def ome_metadata(name: str, spacing, unit=None) -> dict:
             {"type": "scale", "scale": [float(s) for s in spacing]}]}]}]}
 
 
+#: Arrays volsweep writes store every chunk it is given: testing each for the fill value
+#: costs more than it saves (our writers fill whole shards).
+WRITE_CONFIG = {"write_empty_chunks": True}
+
+
 def compressors(dtype):
     """The codecs of every array volsweep writes: Blosc LZ4 with byte shuffle, level 1.
 
@@ -54,7 +59,8 @@ def create_store(path, shape, *, chunks, shards, dtype="float32", attrs=None,
                               attributes={"ome": ome_metadata(name, spacing, unit), **attrs})
     return group.create_array("0", shape=tuple(shape), chunks=tuple(chunks), shards=shards,
                               dtype=dtype, fill_value=fill_value, attributes=attrs,
-                              compressors=compressors(dtype), dimension_names=AXES)
+                              compressors=compressors(dtype), config=WRITE_CONFIG,
+                              dimension_names=AXES)
 
 
 def open_store(path, mode="r"):

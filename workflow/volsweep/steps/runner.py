@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import os
 import time
 from pathlib import Path
 
 log = logging.getLogger("volsweep")
+
+#: Set (to any value but 0) to profile each step: the log ends with its
+#: functions by cumulative time (cProfile), for finding where a job's time goes.
+ENV_PROFILE = "VOLSWEEP_PROFILE"
+PROFILE_LINES = 25
 
 
 @contextlib.contextmanager
@@ -39,5 +46,21 @@ def run_script(func, snakemake_obj, **kwargs):
     with logged_to(snakemake_obj.log[0]), claim_gpu(kwargs.get("device", "cpu")):
         log.info("%s: rule %s, wildcards %s", func.__name__, snakemake_obj.rule,
                  dict(snakemake_obj.wildcards.items()))
-        func(**kwargs)
+        if os.environ.get(ENV_PROFILE, "0") not in ("", "0"):
+            _profiled(func, kwargs)
+        else:
+            func(**kwargs)
         log.info("%s: done in %.2f s", func.__name__, time.perf_counter() - start)
+
+
+def _profiled(func, kwargs):
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(func, **kwargs)
+    finally:
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(PROFILE_LINES)
+        log.info("%s: profile (%s)\n%s", func.__name__, ENV_PROFILE, out.getvalue())
