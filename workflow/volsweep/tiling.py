@@ -162,6 +162,20 @@ def _mode_indices(start: int, stop: int, n: int, mode: str) -> np.ndarray:
     raise ValueError(f"mode must be one of {MODES}, got mode={mode!r}")
 
 
+def source_box(start, stop, shape, mode: str = "reflect"):
+    """The bounding box (slices) of the voxels :func:`read_block` reads, or None if none.
+
+    Examples
+    --------
+    >>> source_box((-2, 3), (6, 5), (4, 10), mode="reflect")
+    (slice(0, 4, None), slice(3, 5, None))
+    """
+    inside = [ix[ix >= 0] for ix in (_mode_indices(a, b, n, mode) for a, b, n in zip(start, stop, shape))]
+    if any(ix.size == 0 for ix in inside):
+        return None
+    return tuple(slice(int(ix.min()), int(ix.max()) + 1) for ix in inside)
+
+
 def read_block(source, start, stop, mode: str = "reflect", cval: float = 0.0, *, xp=np,
                dtype=None):
     """Read ``source[start:stop]`` with out-of-volume voxels taken from ``mode``.
@@ -179,11 +193,10 @@ def read_block(source, start, stop, mode: str = "reflect", cval: float = 0.0, *,
         raise ValueError(f"mode must be one of {MODES}, got mode={mode!r}")
     shape = source.shape
     per_axis = [_mode_indices(a, b, n, mode) for a, b, n in zip(start, stop, shape)]
-    inside = [ix[ix >= 0] for ix in per_axis]
-    if any(ix.size == 0 for ix in inside):  # block entirely outside (constant mode)
+    box = source_box(start, stop, shape, mode)
+    if box is None:  # block entirely outside (constant mode)
         out_dtype = dtype or source.dtype
         return xp.full(tuple(b - a for a, b in zip(start, stop)), cval, dtype=out_dtype)
-    box = tuple(slice(int(ix.min()), int(ix.max()) + 1) for ix in inside)
     data = xp.asarray(source[box])
     if dtype is not None:
         data = data.astype(dtype, copy=False)

@@ -20,7 +20,7 @@ from cupy.cuda import cufft
 from . import _plan
 from ._plan import A2, C, DWX, DWY, DWZ, GX, GY, GZ, PERX, PERY, PERZ
 from .stats import Partial
-from volsweep.tiling import read_block
+from volsweep.tiling import read_block, source_box
 
 THREADS = 256
 #: Parseval path: kernels per launch of the general (ξ ≠ 1) kernel (its z images pruned
@@ -487,28 +487,47 @@ def r2c_plan(shape):
                         nx * ny * nzh, cufft.CUFFT_R2C, 1, "C", 2, nzh)
 
 
+class _DeviceBox:
+    """The box ``box`` of a host volume, copied to the device once, read in volume coordinates."""
+
+    def __init__(self, volume, box):
+        self.shape = tuple(int(n) for n in volume.shape)
+        self.offset = tuple(s.start for s in box)
+        self.dtype = np.dtype(np.float32)
+        self.data = cp.empty(tuple(s.stop - s.start for s in box), dtype=cp.float32)
+        plane = max(1, int(np.prod(self.data.shape[1:])))
+        step = max(1, SLAB_BYTES // (4 * plane))
+        for x0 in range(0, self.data.shape[0], step):
+            x1 = min(self.data.shape[0], x0 + step)
+            src = (slice(box[0].start + x0, box[0].start + x1),) + tuple(box[1:])
+            self.data[x0:x1] = cp.asarray(np.asarray(volume[src], dtype=np.float32))
+
+    def __getitem__(self, box):
+        return self.data[tuple(slice(s.start - o, s.stop - o) for s, o in zip(box, self.offset))]
+
+
 def padded_spectrum(volume, start, fft_shape, mode):
     """rfftn of the mode-padded block ``volume[start : start + fft_shape]``, computed in place.
 
-    Returns the complex64 half spectrum ``(nx, ny, nz//2+1)``; the volume is read in x-slabs
-    (``read_block``) so that the host→device copies stay small.
+    Returns the complex64 half spectrum ``(nx, ny, nz//2+1)``.  A host volume's voxels
+    under the block cross to the device once, in x-slabs (float32, at most the padded
+    block's size); the padding is then gathered on the device.
     """
     nx, ny, nz = fft_shape
     nzh = nz // 2 + 1
     B = cp.empty((nx, ny, nzh), dtype=cp.complex64)
     Br = B.view(cp.float32)  # (nx, ny, 2*nzh)
-    on_device = isinstance(volume, cp.ndarray)
+    if not isinstance(volume, cp.ndarray):
+        box = source_box(start, tuple(s + n for s, n in zip(start, fft_shape)), volume.shape, mode)
+        if box is not None:
+            volume = _DeviceBox(volume, box)
     step = max(1, SLAB_BYTES // (4 * ny * nz))
     for x0 in range(0, nx, step):
         x1 = min(nx, x0 + step)
         lo = (start[0] + x0, start[1], start[2])
         hi = (start[0] + x1, start[1] + ny, start[2] + nz)
-        if on_device:
-            slab = read_block(volume, lo, hi, mode, xp=cp, dtype=cp.float32)
-        else:
-            slab = cp.asarray(read_block(volume, lo, hi, mode, xp=np, dtype=np.float32))
-        Br[x0:x1, :, :nz] = slab
-        del slab
+        Br[x0:x1, :, :nz] = read_block(volume, lo, hi, mode, xp=cp, dtype=cp.float32)
+    del volume
     plan = r2c_plan(fft_shape)
     plan.fft(Br, B, cufft.CUFFT_FORWARD)
     del plan  # frees its work area before the inverse plan takes one
