@@ -339,7 +339,10 @@ extern "C" __global__ void core_stats(const float* __restrict__ g, double* __res
         const double dv = (double)v;
         s += dv; s2 += dv * dv;
         mx = fmaxf(mx, v); mn = fminf(mn, v);
-        if (omap && v > resp[i]) { resp[i] = v; arg[i] = kid; }
+        if (omap && v > resp[i]) {  // 1: the response's maximum and kernel, 2: its maximum
+            resp[i] = v;
+            if (omap == 1) arg[i] = kid;
+        }
     }
     block_reduce4(s, s2, mx, mn, part + 4 * ((idx_t)slot * gridDim.x + blockIdx.x));
 }
@@ -558,7 +561,7 @@ class GpuEngine:
         K = job.n_kernels
         wide = max(total, 2 * total, ncore) >= 2**31
         idx = np.uint64 if wide else np.uint32
-        mod = _module(wide)
+        mod = _module(wide, names=())  # no Parseval templates: they take seconds to compile
         B = padded_spectrum(volume, block.start, N, job.mode)
 
         if job.parseval:
@@ -588,7 +591,8 @@ class GpuEngine:
             if job.omap == "local_energy":
                 energy = LocalEnergy(block)
                 omap["local_energy_max"] = cp.full(block.core_shape, -cp.inf, dtype=cp.float32)
-        if legacy:
+        fold = 0 if omap is None else (1 if legacy else 2)  # core_stats' running maximum
+        if omap is not None:
             resp, arg = omap["response_max"], omap["arg"]
         else:
             resp = cp.empty(1, dtype=cp.float32)
@@ -605,10 +609,8 @@ class GpuEngine:
                 plan.fft(Y, Yr, cufft.CUFFT_INVERSE)
                 stats((nb,), (THREADS,), (Yr, part, np.int32(s), np.int32(ny), np.int32(2 * nzh),
                                           ox, oy, oz, np.int32(cx), np.int32(cy), np.int32(cz),
-                                          idx(ncore), resp, arg, np.int32(j), np.int32(legacy)))
+                                          idx(ncore), resp, arg, np.int32(j), np.int32(fold)))
                 if job.omap == "local_energy":
-                    core = Yr[ox:ox + cx, oy:oy + cy, oz:oz + cz]
-                    cp.maximum(omap["response_max"], core, out=omap["response_max"])
                     if job.directional[j]:
                         energy.fold(Yr, job.taps[j], job.inv_energy[j], omap["local_energy_max"],
                                     omap["arg"], j)
