@@ -151,6 +151,12 @@ class GpuSampler:
         per = self.busy_per_gpu(start, stop)
         return statistics.fmean(per.values()) if per else None
 
+    def busy_during(self, spans):
+        """Mean utilisation (0-1) of the samples inside any of ``spans`` (time-weighted over
+        the spans: samples are periodic); None without samples."""
+        got = [u for t, _, u in self.samples if any(a <= t <= b for a, b in spans)]
+        return statistics.fmean(got) / 100 if got else None
+
 
 def job_intervals(work: Path) -> dict:
     """rule -> list of (start, stop) epoch seconds, from the first and last stamped lines of each log."""
@@ -216,9 +222,7 @@ def main(argv=None):
     result = {"config": {k: v for k, v in vars(args).items() if k not in ("keep", "json")},
               "workflow_wall_s": wall, "library_s": lib, "rules": per_rule,
               "gpu_busy_run": gpu.busy(start, start + wall),
-              "gpu_busy_compute": (statistics.fmean(b for b in (gpu.busy(a, z) for a, z in compute)
-                                                    if b is not None)
-                                   if compute and gpu.samples else None)}
+              "gpu_busy_compute": gpu.busy_during(compute) if compute else None}
     print(f"workflow: {wall:.1f} s wall for {args.volumes} volume(s) of {tuple(args.shape)} "
           f"(snakemake --cores {args.cores}, device {args.device})")
     for rule, (n, secs) in sorted(per_rule.items(), key=lambda kv: -kv[1][1]):
@@ -229,7 +233,7 @@ def main(argv=None):
               f"workflow - 2 x library = {wall - 2 * lib['total']:.1f} s")
     if result["gpu_busy_run"] is not None:
         print(f"GPU busy: {result['gpu_busy_run']:.0%} of the run, "
-              f"{result['gpu_busy_compute']:.0%} of the sweep and thickness jobs")
+              f"{result['gpu_busy_compute']:.0%} of the time in sweep and thickness jobs")
     if args.volumes > 1:
         print(f"per volume: {wall / args.volumes:.2f} s")
     if args.json:
