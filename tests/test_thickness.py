@@ -358,6 +358,48 @@ def test_memory_estimate_scales_with_the_shape():
         T.thickness_memory_bytes((10, 10))
 
 
+def solid_with_pores(shape, count, seed):
+    """A solid with a few isolated pore voxels: large balls everywhere, most hidden."""
+    x = np.ones(shape, bool)
+    rng = np.random.default_rng(seed)
+    x[tuple(rng.integers(0, n, count) for n in shape)] = False
+    return x
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (1, 1, 2), (0.65, 0.65, 2.0),
+                                     (0.7, 1.3, 1.0)])
+@pytest.mark.parametrize("shape,count,seed", [((70, 13, 11), 3, 0), ((9, 40, 37), 2, 1),
+                                              ((23, 21, 19), 4, 2)])
+def test_solid_with_isolated_pores_equals_oracle(shape, count, seed, spacing):
+    # Balls of many slices (node and row skipping, hidden balls, masks of > 64 planes).
+    phase = solid_with_pores(shape, count, seed)
+    np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
+                                  oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 2, 3)])
+def test_solid_with_isolated_pores_chunked_and_painter_paths(spacing, monkeypatch):
+    phase = solid_with_pores((60, 17, 29), 3, 4)
+    whole = T.local_thickness(phase, spacing=spacing)
+    out, r_max = chunked(phase, (20, 9, 11), spacing)
+    np.testing.assert_array_equal(out, whole)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    cand, up = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
+    cand, up = cand.copy(), up.copy()
+    for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (50, 16, 22))]:
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
+        with monkeypatch.context() as m:
+            m.setattr(CPU, "INT_TABLE_MAX", 1)
+            got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+        np.testing.assert_array_equal(ref[0], got[0])
+        # every phase voxel as a centre (no pruning) gives the same map
+        every = np.flatnonzero(phase.ravel())
+        got = CPU.paint(d2, every, weights, lo, hi)
+        lut = np.r_[0.0, got[1]]
+        np.testing.assert_array_equal(np.r_[0.0, ref[1]][ref[0]], lut[got[0]])
+
+
 def test_bits_painter_slice_skip_on_porous_volume_equals_oracle():
     # Larger balls (R up to ~6) so that many discs are skipped; exact vs the brute force.
     phase = blobs((26, 22, 28), sigma=3.0, seed=3)

@@ -16,6 +16,7 @@ import functools
 import math
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -38,16 +39,42 @@ def _threads() -> int:
 
 @functools.cache
 def _kernels():
-    """The module of numba kernels (compiled once, cached on disk)."""
-    import numba
-
+    """The module of numba kernels (compiled on first use, cached on disk)."""
     from volsweep.progress import compile_notice
 
-    compile_notice(Path(__file__).with_name("_numba.py"), "local-thickness CPU kernels", "about 30 s")
+    compile_notice(Path(__file__).with_name("_numba.py"), "local-thickness CPU kernels", "a few seconds")
     from volsweep.thickness import _numba as _thickness_numba
 
-    numba.set_num_threads(min(numba.config.NUMBA_NUM_THREADS, _threads()))
     return _thickness_numba
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: list = []
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL or _POOL[0][0] != n:
+            if _POOL:
+                _POOL.pop()[1].shutdown(wait=False)
+            _POOL.append((n, ThreadPoolExecutor(n, thread_name_prefix="volsweep-thickness")))
+        return _POOL[0][1]
+
+
+def _run(fn, n: int, *args, tasks_per_thread: int = 4) -> list:
+    """``[fn(*args, lo, hi) for (lo, hi) in parts of range(n)]``, the parts on a thread pool.
+
+    The kernels are serial and release the GIL; every part writes its own output range,
+    so the result does not depend on the number of threads.
+    """
+    nt = _threads()
+    if nt == 1 or n <= 1:
+        return [fn(*args, 0, n)]
+    parts = min(n, nt * tasks_per_thread)
+    bounds = [n * p // parts for p in range(parts + 1)]
+    pool = _pool(nt)
+    futs = [pool.submit(fn, *args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    return [f.result() for f in futs]
 
 
 # Work arrays reused from call to call (per thread, one set for the last shape): a fresh
@@ -96,12 +123,24 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
         return d2
     if method != "numba":
         raise ValueError(f"method must be 'edt' or 'numba', got method={method!r}")
+    if max(weights) > 2**31:
+        raise ValueError(f"lattice weights {tuple(weights)} too large")
     k = _kernels()
     a = _scratch("edt_axis0", phase.shape, np.float64)
     b = _scratch("edt_d2", phase.shape, np.float64)
-    k.edt_axis0(phase, wx, a)
-    k.edt_axis12(a, wy, wz, b)
+    _run(k.edt_axis0, phase.shape[1], phase, wx, a)
+    maxima = _run(k.edt_axis12, phase.shape[0], a, wy, wz, b)
+    # the largest finite value of this thread's distance map, for candidates()
+    _SCRATCH.d2max = (b, max(maxima))
     return b
+
+
+def _finite_max(d2: np.ndarray) -> float:
+    arr, value = getattr(_SCRATCH, "d2max", (None, 0.0))
+    if arr is d2:
+        return value
+    fin = d2[np.isfinite(d2)]
+    return float(fin.max()) if fin.size else 0.0
 
 
 def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
@@ -112,16 +151,19 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     """
     k = _kernels()
     wx, wy, wz = (float(w) for w in weights)
-    r2need = float(k.finite_max(d2))
+    r2need = _finite_max(d2)
     levels, need, r2cap = prune_table(r2need, weights)
     levlut = level_lut(levels, r2cap, weights)
     # the continuous containment test beyond the table is exact below _PRUNE_EXACT; above,
     # a relative slack makes it prune only balls that are certainly contained
     eps = 0.0 if r2need < _PRUNE_EXACT else 1e-9
     mask = _scratch("prune_mask", d2.shape, np.uint32)
-    k.prune(d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
-            *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
-    return k.kept_centres(mask)
+    _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
+         *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
+    parts = _run(k.kept_centres, d2.shape[0], mask)
+    if len(parts) == 1:
+        return parts[0]
+    return (np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]))
 
 
 # Output planes per slab of the painter (one slab per task).
@@ -133,15 +175,16 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
     ``values[r - 1]``; 0 = not covered.  Balls are painted in decreasing D2 with one
-    "assigned" bit per voxel; discs inside an uphill neighbour's disc are skipped
-    (``uphill`` from :func:`candidates`, or found here when None).  The result is
+    "assigned" bit per voxel and a count of unassigned voxels per node: balls over
+    finished nodes are skipped whole, and discs inside an uphill neighbour's disc are
+    skipped (``uphill`` from :func:`candidates`, or found here when None).  The result is
     this thread's work array, overwritten by the next call.
     """
     k = _kernels()
     wi = tuple(int(w) for w in weights)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     out = _scratch("paint_ranks", shape, np.uint32)
-    k.zero_fill(out)
+    cand = np.ascontiguousarray(cand, dtype=np.int64)
     r2s = d2.reshape(-1)[cand]
     small = cand.size and r2s.max() < INT_TABLE_MAX
     if small:
@@ -155,45 +198,59 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         values, ranks = np.unique(r2s, return_inverse=True)
         ranks = (ranks.ravel() + 1).astype(np.uint32)
     if cand.size == 0 or out.size == 0:
+        out[...] = 0
         return out, values
     n0, n1, n2 = d2.shape
     ci, rem = np.divmod(cand, n1 * n2)
     cj, ck = np.divmod(rem, n2)
     g = BITS_SLAB
-    start, lists, ext = k.slab_lists_par(ci, r2s, ranks, values.size, float(wi[0]),
-                                         int(box_lo[0]), int(box_hi[0]), g)
     lo = [int(v) for v in box_lo]
     hi = [int(v) for v in box_hi]
     if not small:
         # squared radii beyond the integer tables: half-widths by search, no disc skip
-        k.paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, *(float(w) for w in wi),
-                     *lo, *hi, g, out)
+        start, lists, ext, order = k.slab_lists(ci, r2s, ranks, int(values.size),
+                                                float(wi[0]), lo[0], hi[0], g)
+        ci, cj, ck, r2s, ranks = (a[order] for a in (ci, cj, ck, r2s, ranks))
+        _run(k.paint_bits, start.size - 1, start, lists, ext[order], ci, cj, ck, r2s, ranks,
+             *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
     rmax = int(values[-1])
     r2i = r2s.astype(np.int64)
     need2 = disc_need_table(rmax, wi[1], wi[2])
     if uphill is None:
-        ustart, ucode = k.uphill_lists(d2, ci, cj, ck)
-        skipm = k.disc_skip_masks(ext, r2i, ustart, ucode, need2, wi[0])
-    else:
-        # balls of < 32 slices use the masks; larger ones test each disc against their
-        # lists of uphill neighbours
-        skipm = k.disc_skip_masks_bits(d2, ci, cj, ck, uphill, ext, ranks,
-                                       values.astype(np.int64), need2, wi[0])
-        if ext.size and ext.max() >= 32:
-            ustart, ucode = k.uphill_from_bits(d2, ci, cj, ck, uphill)
-        else:
-            ustart, ucode = np.zeros(cand.size + 1, np.int64), np.zeros(0, np.int64)
-    k.paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1],
-                     half_table(rmax, wi[1]), half_table(rmax, wi[2]), ustart, ucode, need2,
-                     skipm, *lo, *hi, g, out)
+        uphill = k.uphill_bits(d2, cand)
+    ext = half_table(rmax, wi[0])[r2i]
+    # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
+    # balls whose every disc is (not painted at all)
+    vals = values.astype(np.int64)
+    nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))  # < 32 slices
+    th = np.zeros((nsmall, 12, 64), np.int64)
+    _run(k.disc_thresholds, nsmall, vals, need2, wi[0], th)
+    moff = np.zeros(cand.size + 1, np.int64)
+    np.cumsum((2 * ext + 64) // 64, out=moff[1:])
+    masks = np.empty(int(moff[-1]), np.uint64)
+    hidden = np.empty(cand.size, np.uint8)
+    _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
+         wi[0], moff, masks, hidden)
+    keep = np.flatnonzero(hidden == 0)
+    ci, cj, ck, r2s, r2i, ranks, moff = (a[keep] for a in (ci, cj, ck, r2s, r2i, ranks, moff))
+    start, lists, ext, order = k.slab_lists(ci, r2s, ranks, int(values.size), float(wi[0]),
+                                            lo[0], hi[0], g)
+    # every centre array in painting order (the slab lists index it)
+    ci, cj, ck, r2i, ranks, ext, moff = (a[order] for a in (ci, cj, ck, r2i, ranks, ext, moff))
+    nslab = start.size - 1
+    _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
+         half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g, out,
+         tasks_per_thread=nslab)
     return out, values
 
 
 def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """Float32 diameter from a rank map (``_tables.diameter_lut``), 0 where rank is 0."""
     lut = diameter_lut(values, scale)
-    return _kernels().finish_lut(ranks, lut, np.empty(ranks.shape, np.float32))
+    out = np.empty(ranks.shape, np.float32)
+    _run(_kernels().finish_lut, ranks.shape[0], ranks, lut, out)
+    return out
 
 
 def memory_bytes(shape) -> int:

@@ -2,29 +2,44 @@
 
 Imported lazily by :mod:`volsweep.thickness._cpu` (the GPU path needs no numba).
 Lengths are squared lattice lengths (integer weights, exact in float64).
+
+Every kernel is serial, ``nogil`` and works on a range (of planes, slabs or centres):
+``_cpu`` runs the ranges on a thread pool.  Serial kernels compile in a fraction of
+the time of ``parallel=True`` ones (no parfor lowering), each kernel is called with one
+set of argument types (one compilation), and kernels a call does not need are not
+compiled (numba compiles on first use).
 """
 
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+_OPTS = dict(cache=True, nogil=True)
 
-@njit(cache=True, parallel=True)
-def edt_axis0(phase, sx, out):
-    # Two scans along axis 0 per (j, k) line: distance to the nearest background
-    # voxel in index units, then the canonical first term (t*sx)*(t*sx).
+# A line whose largest finite squared distance is below (BRUTE_SPAN * w)^2 is scanned
+# outwards voxel by voxel (a few steps); longer ones take the lower envelope of
+# parabolas (Meijster et al.), linear in the line's length whatever the distances.
+BRUTE_SPAN = 16
+
+
+@njit(**_OPTS)
+def edt_axis0(phase, sx, out, j0, j1):
+    # Two scans along axis 0 per (j, k) line, for j in [j0, j1): distance to the nearest
+    # background voxel in index units, then the canonical first term (t*sx)*(t*sx).
     n0, n1, n2 = phase.shape
     inf = np.inf
-    for j in prange(n1):
-        last = np.full(n2, -1, np.int64)
+    last = np.empty(n2, np.int64)
+    nxt = np.empty(n2, np.int64)
+    for j in range(j0, j1):
+        last[:] = -1
         for i in range(n0):
             for k in range(n2):
                 if not phase[i, j, k]:
                     last[k] = i
                 out[i, j, k] = inf if last[k] < 0 else float(i - last[k])
-        nxt = np.full(n2, -1, np.int64)
+        nxt[:] = -1
         for i in range(n0 - 1, -1, -1):
             for k in range(n2):
                 if not phase[i, j, k]:
@@ -39,17 +54,127 @@ def edt_axis0(phase, sx, out):
     return out
 
 
+@njit(**_OPTS)
+def _line(src, dst, w, s, fs, t):
+    # dst[u] = min over v of src[v] + ((u - v) * w)^2 (exact integers in float64), inf
+    # where src has no finite value.  s, fs, t: work arrays of the line's length.
+    n = src.size
+    mx = -1.0
+    infs = False
+    for u in range(n):
+        v = src[u]
+        if v == np.inf:
+            infs = True
+        elif v > mx:
+            mx = v
+    if mx < 0.0:
+        for u in range(n):
+            dst[u] = np.inf
+        return
+    lim = float(BRUTE_SPAN * w)
+    if mx < lim * lim and not infs:
+        for u in range(n):
+            best = src[u]
+            d = 1
+            while True:
+                ts = d * float(w)
+                c = ts * ts
+                if c >= best:
+                    break
+                any_ = False
+                if u - d >= 0:
+                    v = src[u - d] + c
+                    if v < best:
+                        best = v
+                    any_ = True
+                if u + d < n:
+                    v = src[u + d] + c
+                    if v < best:
+                        best = v
+                    any_ = True
+                if not any_:
+                    break
+                d += 1
+            dst[u] = best
+        return
+    # lower envelope of the parabolas F(x, v) = (w (x - v))^2 + src[v], in int64
+    w2 = np.int64(w) * np.int64(w)
+    q = -1
+    for u in range(n):
+        fv = src[u]
+        if fv == np.inf:
+            continue
+        fu = np.int64(fv)
+        while q >= 0:
+            a = (t[q] - s[q]) * w2 * (t[q] - s[q]) + fs[q]
+            b = (t[q] - u) * w2 * (t[q] - u) + fu
+            if a > b:
+                q -= 1
+            else:
+                break
+        if q < 0:
+            q = 0
+            s[0] = u
+            fs[0] = fu
+            t[0] = 0
+        else:
+            sq = s[q]
+            num = w2 * (u * u - sq * sq) + fu - fs[q]
+            sep = num // (2 * w2 * (u - sq)) + 1
+            if sep < n:
+                q += 1
+                s[q] = u
+                fs[q] = fu
+                t[q] = sep
+    for u in range(n - 1, -1, -1):
+        d = u - s[q]
+        dst[u] = float(d * w2 * d + fs[q])
+        if u == t[q]:
+            q -= 1
 
-@njit(cache=True, parallel=True)
+
+@njit(**_OPTS)
+def edt_axis12(fin, sy, sz, out, i0, i1):
+    # The distance passes along axes 1 then 2 for planes [i0, i1), one plane at a time
+    # through a plane buffer; returns the largest finite value written (0.0 if none).
+    n0, n1, n2 = fin.shape
+    m = max(n1, n2)
+    s = np.empty(m, np.int64)
+    fs = np.empty(m, np.int64)
+    t = np.empty(m, np.int64)
+    buf = np.empty((n1, n2), np.float64)
+    col = np.empty(n1, np.float64)
+    res = np.empty(n1, np.float64)
+    wy = np.int64(sy)
+    wz = np.int64(sz)
+    mx = 0.0
+    for i in range(i0, i1):
+        for k in range(n2):
+            for j in range(n1):
+                col[j] = fin[i, j, k]
+            _line(col, res, wy, s, fs, t)
+            for j in range(n1):
+                buf[j, k] = res[j]
+        for j in range(n1):
+            row = out[i, j]
+            _line(buf[j], row, wz, s, fs, t)
+            for k in range(n2):
+                v = row[k]
+                if v > mx and v != np.inf:
+                    mx = v
+    return mx
+
+
+@njit(**_OPTS)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, out):
-    # out[p] != 0 for the centres kept: D(p) > 0, within r2keep of the box [lo, hi),
-    # and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap the
-    # test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
+          levlut, out, i0, i1):
+    # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
+    # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
+    # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
     # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
     # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.
     n0, n1, n2 = d2.shape
-    for i in prange(n0):
+    for i in range(i0, i1):
         gi = 0
         if i < lo0:
             gi = lo0 - i
@@ -131,7 +256,64 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                     out[i, j, k] = up | np.uint32(1 << 31)
     return out
 
-@njit(cache=True, inline="always")
+
+@njit(**_OPTS)
+def uphill_bits(d2, cand):
+    # prune's uphill bits (bit 31 set) for any list of centres (flat indices).
+    n0, n1, n2 = d2.shape
+    out = np.empty(cand.size, np.uint32)
+    for m in range(cand.size):
+        p = cand[m]
+        i = p // (n1 * n2)
+        j = (p // n2) % n1
+        k = p % n2
+        a = d2[i, j, k]
+        up = np.uint32(1 << 31)
+        for di in range(-1, 2):
+            ii = i + di
+            if ii < 0 or ii >= n0:
+                continue
+            for dj in range(-1, 2):
+                jj = j + dj
+                if jj < 0 or jj >= n1:
+                    continue
+                for dk in range(-1, 2):
+                    kk = k + dk
+                    if kk < 0 or kk >= n2 or (di == 0 and dj == 0 and dk == 0):
+                        continue
+                    b = d2[ii, jj, kk]
+                    if b > a or (b == a and (di < 0 or (di == 0 and (
+                            dj < 0 or (dj == 0 and dk < 0))))):
+                        up |= np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
+        out[m] = up
+    return out
+
+
+@njit(**_OPTS)
+def kept_centres(mask, i0, i1):
+    # np.flatnonzero(mask) and mask's values there, for planes [i0, i1).
+    n0, n1, n2 = mask.shape
+    c = 0
+    for i in range(i0, i1):
+        for j in range(n1):
+            for k in range(n2):
+                if mask[i, j, k] != 0:
+                    c += 1
+    cand = np.empty(c, np.int64)
+    vals = np.empty(c, np.uint32)
+    f = 0
+    for i in range(i0, i1):
+        for j in range(n1):
+            for k in range(n2):
+                v = mask[i, j, k]
+                if v != 0:
+                    cand[f] = (i * n1 + j) * n2 + k
+                    vals[f] = v
+                    f += 1
+    return cand, vals
+
+
+@njit(**_OPTS)
 def half(base, r2, s):
     # Largest h >= 0 with base + (h*s)*(h*s) < r2, or -1.
     rem = r2 - base
@@ -151,56 +333,215 @@ def half(base, r2, s):
         h -= 1
     return h
 
-@njit(cache=True, inline="always")
-def shrink(h, base, r2, s):
-    # Largest h' <= h with base + (h'*s)^2 < r2 (monotone: callers pass an upper bound).
-    while h >= 0:
-        t = h * s
-        if base + t * t < r2:
-            break
-        h -= 1
-    return h
 
-@njit(cache=True, inline="always")
-def fill_bits(asg, out, a, b, oi, lft, rgt, rank):
-    # Give the still unassigned voxels of [lft, rgt] in row b of slab plane a the value
-    # rank; asg holds one bit per voxel (1 = assigned), so a covered span costs one or
-    # two word tests.
+@njit(**_OPTS)
+def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
+    # The centres in decreasing rank (order) and, per slab of g output planes, the
+    # positions in that order of the centres whose ball reaches it (increasing, so the
+    # painter reads the reordered centre arrays sequentially); each centre's half extent
+    # along axis 0 (in the original order).
+    n = ranks.size
+    cnt = np.zeros(nvals + 2, np.int64)
+    for m in range(n):
+        cnt[ranks[m]] += 1
+    pos = np.empty(nvals + 2, np.int64)
+    s = 0
+    for r in range(nvals + 1, -1, -1):
+        pos[r] = s
+        s += cnt[r]
+    order = np.empty(n, np.int64)
+    for m in range(n):
+        r = ranks[m]
+        order[pos[r]] = m
+        pos[r] += 1
+    ext = np.empty(n, np.int64)
+    nslab = (hi0 - lo0 + g - 1) // g
+    start = np.zeros(nslab + 1, np.int64)
+    sa = np.empty(n, np.int64)
+    sb = np.empty(n, np.int64)
+    for t in range(n):
+        m = order[t]
+        h = half(0.0, r2s[m], sx)
+        ext[m] = h
+        a = max(ci[m] - h, lo0)
+        b = min(ci[m] + h, hi0 - 1)
+        if h < 0 or a > b:
+            sa[t] = 1
+            sb[t] = 0
+            continue
+        sa[t] = (a - lo0) // g
+        sb[t] = (b - lo0) // g
+        for sl in range(sa[t], sb[t] + 1):
+            start[sl + 1] += 1
+    for sl in range(nslab):
+        start[sl + 1] += start[sl]
+    fill = start[:nslab].copy()
+    lists = np.empty(start[nslab], np.int64)
+    for t in range(n):
+        for sl in range(sa[t], sb[t] + 1):
+            lists[fill[sl]] = t
+            fill[sl] += 1
+    return start, lists, ext, order
+
+
+@njit(**_OPTS)
+def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank):
+    # Give the still unassigned voxels of mask m in word w of row b, slab plane a, the
+    # value rank.  asg holds one bit per voxel (1 = assigned); live[a, w, b >> 6] one bit
+    # per row whose word w still has an unassigned voxel, agg[w, b >> 6] the same over
+    # all the slab's planes; full[w] is word w of a finished row.  Returns how many
+    # voxels were assigned.
+    free = m & ~asg[a, b, w]
+    if not free:
+        return 0
+    v = asg[a, b, w] | free
+    asg[a, b, w] = v
+    base = w << 6
+    c = 0
+    while free:
+        out[oi, b, base + trailing_zeros(free)] = rank
+        free &= free - np.uint64(1)
+        c += 1
+    if v == full[w]:
+        bit = np.uint64(1) << np.uint64(b & 63)
+        live[a, w, b >> 6] &= ~bit
+        for p in range(live.shape[0]):
+            if live[p, w, b >> 6] & bit:
+                return c
+        agg[w, b >> 6] &= ~bit
+    return c
+
+
+@njit(**_OPTS)
+def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank):
+    # fill_word over the voxels [lft, rgt] of row b.
     wl = lft >> 6
     wr = rgt >> 6
+    tot = 0
+    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     for w in range(wl, wr + 1):
-        m = np.uint64(0xFFFFFFFFFFFFFFFF)
+        m = ALL
         if w == wl:
-            m &= np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(lft & 63)
+            m &= ALL << np.uint64(lft & 63)
         if w == wr:
-            m &= np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - (rgt & 63))
-        free = m & ~asg[a, b, w]
-        if free:
-            asg[a, b, w] |= free
-            base = w << 6
-            while free:
-                out[oi, b, base + trailing_zeros(free)] = rank
-                free &= free - np.uint64(1)
+            m &= ALL >> np.uint64(63 - (rgt & 63))
+        tot += fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank)
+    return tot
 
 
-@njit(cache=True, parallel=True)
-def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2,
-               hi0, hi1, hi2, g, out):
-    # Balls in decreasing rank, per slab of g output planes: the first ball to reach a
-    # voxel has the largest rank among those covering it, so it is written once and
-    # marked in a bitmask (one uint64 word per 64 voxels of a row).  A ball row whose
-    # voxels are all assigned costs one or two word tests; half-widths shrink
-    # monotonically, so there is one sqrt per ball slice, none per row.  Each slab
-    # belongs to one thread, and the result does not depend on the order of equal
-    # ranks, so it is the same for any number of threads.
-    m0, m1, m2 = out.shape
-    nslab = start.size - 1
+@njit(**_OPTS)
+def _row_bits(bits, w, u, bl, br):
+    # Bit word u of row bits (bits[w, u], 64 rows each) restricted to rows [bl, br].
+    v = bits[w, u]
+    lo = u * 64
+    if bl > lo:
+        v &= np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(bl - lo)
+    if br < lo + 63:
+        v &= np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(lo + 63 - br)
+    return v
+
+
+@njit(**_OPTS)
+def _slab_state(npl, m1, m2):
+    # A slab's painting state (fill_word): assigned bits, live rows per plane and over
+    # the slab, and the words of a finished row.
     nw = (m2 + 63) >> 6
-    for sl in prange(nslab):
+    nu = (m1 + 63) >> 6
+    asg = np.zeros((npl, m1, nw), np.uint64)
+    agg = np.zeros((nw, nu), np.uint64)
+    for b in range(m1):
+        for w in range(nw):
+            agg[w, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    live = np.empty((npl, nw, nu), np.uint64)
+    for a in range(npl):
+        live[a] = agg
+    full = np.empty(nw, np.uint64)
+    for w in range(nw):
+        full[w] = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - min(64, m2 - 64 * w))
+    return asg, live, agg, full
+
+
+@njit(**_OPTS)
+def _any_rows_f(agg, jc, kc, base, r2, sy, sz, m1, m2):
+    # _any_rows for squared lengths beyond the integer tables: the disc of the plane at
+    # squared distance base from the centre.
+    hk = half(base, r2, sz)
+    if hk < 0:
+        return False
+    for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
+        z = _gap(kc, w * 64, min(w * 64 + 64, m2) - 1) * sz
+        hy = half(base + z * z, r2, sy)
+        if hy < 0:
+            continue
+        bl = max(jc - hy, 0)
+        br = min(jc + hy, m1 - 1)
+        for u in range(bl >> 6, (br >> 6) + 1):
+            if _row_bits(agg, w, u, bl, br):
+                return True
+    return False
+
+
+@njit(**_OPTS)
+def _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank, sx, sy, sz, p0,
+                  lo0, lo1, lo2, m1, m2):
+    # _paint_rows_int for squared lengths beyond the integer tables (half-widths by
+    # search, no disc skip).
+    tot = 0
+    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+    jc = j0 - lo1
+    kc = k0 - lo2
+    for i in range(ia, ib + 1):
+        x = (i - ic) * sx
+        base = x * x
+        hk = half(base, r2, sz)
+        if hk < 0:
+            continue
+        a = i - p0
+        for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
+            c0 = w * 64
+            c1 = min(c0 + 64, m2) - 1
+            z = _gap(kc, c0, c1) * sz
+            hy = half(base + z * z, r2, sy)
+            if hy < 0:
+                continue
+            bl = max(jc - hy, 0)
+            br = min(jc + hy, m1 - 1)
+            for u in range(bl >> 6, (br >> 6) + 1):
+                bits = _row_bits(live[a], w, u, bl, br)
+                while bits:
+                    jj = u * 64 + trailing_zeros(bits)
+                    bits &= bits - np.uint64(1)
+                    y = (jj - jc) * sy
+                    hk2 = half(base + y * y, r2, sz)
+                    lft = max(kc - hk2, c0)
+                    rgt = min(kc + hk2, c1)
+                    if hk2 < 0 or lft > rgt:
+                        continue
+                    msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
+                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank)
+    return tot
+
+
+@njit(**_OPTS)
+def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, lo2,
+               hi0, hi1, hi2, g, out, sl0, sl1):
+    # Slabs [sl0, sl1) of g output planes; per slab, balls in decreasing rank: the first
+    # ball to reach a voxel has the largest rank among those covering it, so it is
+    # written once and marked in a bitmask (one uint64 word per 64 voxels of a row).
+    # Unassigned voxels are counted per node (16 rows x 64 voxels x the slab's planes):
+    # a ball whose nodes in the slab are all assigned is skipped whole, and a slab is
+    # done once all its voxels are.  Each slab belongs to one task, and the result does
+    # not depend on the order of equal ranks, so it is the same for any number of threads.
+    m0, m1, m2 = out.shape
+    for sl in range(sl0, sl1):
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
-        asg = np.zeros((p1 - p0, m1, nw), np.uint64)
+        out[p0 - lo0:p1 - lo0] = 0
+        asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
+        remaining = (p1 - p0) * m1 * m2
         for t in range(start[sl], start[sl + 1]):
+            if remaining == 0:
+                break
             m = lists[t]
             r2 = r2s[m]
             ic = ci[m]
@@ -208,63 +549,129 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
             k0 = ck[m]
             rank = ranks[m]
             h = ext[m]
-            for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
-                x = (i - ic) * sx
-                aa = x * x
-                if not aa < r2:
-                    continue
-                a = i - p0
-                oi = i - lo0
-                hj = half(aa, r2, sy)
-                hk = half(aa, r2, sz)
-                for adj in range(0, hj + 1):
-                    y = adj * sy
-                    hk = shrink(hk, aa + y * y, r2, sz)
-                    if hk < 0:
-                        break
-                    lft = max(k0 - hk, lo2) - lo2
-                    rgt = min(k0 + hk, hi2 - 1) - lo2
-                    if lft > rgt:
-                        continue
-                    jj = j0 + adj
-                    if jj >= lo1 and jj < hi1:
-                        fill_bits(asg, out, a, jj - lo1, oi, lft, rgt, rank)
-                    if adj > 0:
-                        jj = j0 - adj
-                        if jj >= lo1 and jj < hi1:
-                            fill_bits(asg, out, a, jj - lo1, oi, lft, rgt, rank)
+            ia = max(ic - h, p0)
+            ib = min(ic + h, p1 - 1)
+            x = (min(max(ic, ia), ib) - ic) * sx
+            hj = half(x * x, r2, sy)
+            hk = half(x * x, r2, sz)
+            if hj < 0 or hk < 0:
+                continue
+            if not _any_rows_f(agg, j0 - lo1, k0 - lo2, x * x, r2, sy, sz, m1, m2):
+                continue
+            remaining -= _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank,
+                                       sx, sy, sz, p0, lo0, lo1, lo2, m1, m2)
     return out
 
 
-@njit(cache=True, inline="always")
-def row_free(asg, a, b, wl, wr, ml, mr):
-    # Unassigned voxels of a span covering words wl (mask ml) and wr (mask mr, 0 when
-    # wr == wl) of row b, slab plane a: nonzero when some voxel still needs a value.
-    return (ml & ~asg[a, b, wl]) | (mr & ~asg[a, b, wr])
+
+@njit(**_OPTS)
+def _gap(c, a, b):
+    # Distance from c to the integer range [a, b].
+    if c < a:
+        return a - c
+    if c > b:
+        return c - b
+    return 0
 
 
-@njit(cache=True, parallel=True)
-def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz, ustart,
-                   ucode, need2, skipm, lo0, lo1, lo2, hi0, hi1, hi2, g, out):
+@njit(**_OPTS)
+def _any_rows(agg, jc, kc, rho, hwy, hwz, szi, m1, m2):
+    # Some row of the slab that the disc of squared radius rho centred on (row jc,
+    # column kc) reaches in some word column still has an unassigned voxel there.
+    hk = hwz[rho]
+    for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
+        gz = _gap(kc, w * 64, min(w * 64 + 64, m2) - 1) * szi
+        rem = rho - gz * gz
+        if rem <= 0:
+            continue
+        hy = hwy[rem]
+        bl = max(jc - hy, 0)
+        br = min(jc + hy, m1 - 1)
+        for u in range(bl >> 6, (br >> 6) + 1):
+            if _row_bits(agg, w, u, bl, br):
+                return True
+    return False
+
+
+@njit(**_OPTS)
+def _hidden(masks, moff, m, x):
+    # Bit x (plane offset + h) of ball m's hidden-disc mask (disc_skip_masks_bits).
+    return (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1) != 0
+
+
+@njit(**_OPTS)
+def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
+                    moff, sxi, syi, szi, hwy, hwz, p0, lo0, lo1, lo2, m1, m2):
+    # A large ball in one slab, plane by plane and word column by word column: only the
+    # rows that the ball reaches there and that still hold an unassigned voxel (found 64
+    # at a time through their live bits) are painted, so a ball over finished rows costs
+    # a few word tests per plane.  Returns how many voxels were assigned.
+    tot = 0
+    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+    jc = j0 - lo1
+    kc = k0 - lo2
+    for i in range(ia, ib + 1):
+        dx = (i - ic) * sxi
+        rho = rr - dx * dx
+        if rho <= 0 or _hidden(masks, moff, m, i - ic + h):
+            continue
+        a = i - p0
+        hk = hwz[rho]
+        for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
+            c0 = w * 64
+            c1 = min(c0 + 64, m2) - 1
+            gz = _gap(kc, c0, c1) * szi
+            rem = rho - gz * gz
+            if rem <= 0:
+                continue
+            hy = hwy[rem]
+            bl = max(jc - hy, 0)
+            br = min(jc + hy, m1 - 1)
+            for u in range(bl >> 6, (br >> 6) + 1):
+                bits = _row_bits(live[a], w, u, bl, br)
+                while bits:
+                    jj = u * 64 + trailing_zeros(bits)
+                    bits &= bits - np.uint64(1)
+                    dy = (jj - jc) * syi
+                    hk2 = hwz[rho - dy * dy]
+                    lft = max(kc - hk2, c0)
+                    rgt = min(kc + hk2, c1)
+                    if lft > rgt:
+                        continue
+                    msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
+                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank)
+    return tot
+
+
+# Balls of at least this half extent along axis 0 are painted node by node.
+NODE_EXT = 16
+
+
+@njit(**_OPTS)
+def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy, hwz, masks,
+                   moff, lo0, lo1, lo2, hi0, hi1, hi2, g, out, sl0, sl1):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
     # row, and a row span of at most two words is tested without a branch per word.
     # A slice (the ball's disc in one output plane) is skipped when it lies inside the
-    # same plane's disc of an "uphill" 26-neighbour q (ucode, from uphill_lists): q's
-    # ball has a larger D2 (or an equal one and a smaller index), so whatever covers
+    # same plane's disc of an "uphill" 26-neighbour q (masks, from disc_skip_masks_bits):
+    # q's ball has a larger D2 (or an equal one and a smaller index), so whatever covers
     # q's disc there has a value >= this ball's.  That order is strict, so every
-    # skipped disc is covered by a painted one; it skips most rows.
+    # skipped disc is covered by a painted one; it skips most rows.  Balls of at least
+    # NODE_EXT slices visit only the rows still unassigned (_paint_rows_int).
     m0, m1, m2 = out.shape
-    nslab = start.size - 1
-    nw = (m2 + 63) >> 6
     ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     ZERO = np.uint64(0)
-    for sl in prange(nslab):
+    for sl in range(sl0, sl1):
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
-        asg = np.zeros((p1 - p0, m1, nw), np.uint64)
+        out[p0 - lo0:p1 - lo0] = 0
+        asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
+        remaining = (p1 - p0) * m1 * m2
         for t in range(start[sl], start[sl + 1]):
+            if remaining == 0:
+                break
             m = lists[t]
             rr = r2i[m]
             ic = ci[m]
@@ -272,25 +679,31 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz
             k0 = ck[m]
             rank = ranks[m]
             h = ext[m]
-            for i in range(max(ic - h, p0), min(ic + h, p1 - 1) + 1):
+            ia = max(ic - h, p0)
+            ib = min(ic + h, p1 - 1)
+            dx = (min(max(ic, ia), ib) - ic) * sxi
+            rho = rr - dx * dx
+            if rho <= 0:
+                continue
+            hj = hwy[rho]
+            hk = hwz[rho]
+            jl = max(j0 - hj, lo1) - lo1
+            jr = min(j0 + hj, hi1 - 1) - lo1
+            kl = max(k0 - hk, lo2) - lo2
+            kr = min(k0 + hk, hi2 - 1) - lo2
+            if jl > jr or kl > kr or not _any_rows(agg, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
+                continue
+            if h >= NODE_EXT:
+                remaining -= _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr,
+                                             rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
+                                             p0, lo0, lo1, lo2, m1, m2)
+                continue
+            for i in range(ia, ib + 1):
                 dx = (i - ic) * sxi
                 rho = rr - dx * dx
                 if rho <= 0:
                     continue
-                if h < 32:
-                    # precomputed by disc_skip_masks
-                    if (skipm[m] >> np.uint64(i - ic + h)) & np.uint64(1):
-                        continue
-                inside = False
-                for u in range(ustart[m], ustart[m + 1] if h >= 32 else ustart[m]):
-                    code = ucode[u]
-                    e = code & 31
-                    ex = e // 9 - 1
-                    dq = (i - ic - ex) * sxi
-                    if (code >> 5) - dq * dq > need2[e % 9, rho]:
-                        inside = True
-                        break
-                if inside:
+                if _hidden(masks, moff, m, i - ic + h):
                     continue
                 a = i - p0
                 oi = i - lo0
@@ -316,137 +729,33 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, hwy, hwz
                             mr = ZERO
                         free = ZERO
                         if okp:
-                            free |= row_free(asg, a, jp, wl, wr, ml, mr)
+                            free |= (ml & ~asg[a, jp, wl]) | (mr & ~asg[a, jp, wr])
                         if okm:
-                            free |= row_free(asg, a, jm, wl, wr, ml, mr)
+                            free |= (ml & ~asg[a, jm, wl]) | (mr & ~asg[a, jm, wr])
                         if free == ZERO:
                             continue
                     if okp:
-                        fill_bits(asg, out, a, jp, oi, lft, rgt, rank)
+                        remaining -= fill_bits(asg, live, agg, full, out, a, jp, oi, lft, rgt, rank)
                     if okm:
-                        fill_bits(asg, out, a, jm, oi, lft, rgt, rank)
+                        remaining -= fill_bits(asg, live, agg, full, out, a, jm, oi, lft, rgt, rank)
     return out
 
 
-@njit(cache=True, inline="always")
-def _uphill(d2, ci, cj, ck, m, n1, n2, ucode, pos, write):
-    # The 26-neighbours q of centre m that come first in the strict order
-    # (D2 descending, flat index ascending); code = D2(q) * 32 + e with
-    # e = (ex + 1) * 9 + (|ey| * 3 + |ek|) (the in-plane part folded by symmetry).
-    n0 = d2.shape[0]
-    i0 = ci[m]
-    j0 = cj[m]
-    k0 = ck[m]
-    rp = d2[i0, j0, k0]
-    me = (i0 * n1 + j0) * n2 + k0
-    cnt = 0
-    for ex in range(-1, 2):
-        ii = i0 + ex
-        if ii < 0 or ii >= n0:
-            continue
-        for ey in range(-1, 2):
-            jj = j0 + ey
-            if jj < 0 or jj >= n1:
-                continue
-            for ek in range(-1, 2):
-                kk = k0 + ek
-                if kk < 0 or kk >= n2 or (ex == 0 and ey == 0 and ek == 0):
-                    continue
-                b = d2[ii, jj, kk]
-                if b > rp or (b == rp and (ii * n1 + jj) * n2 + kk < me):
-                    if write:
-                        ucode[pos + cnt] = np.int64(b) * 32 + (ex + 1) * 9 + abs(ey) * 3 + abs(ek)
-                    cnt += 1
-    return cnt
+@njit(**_OPTS)
+def ext_of(r2, sxi):
+    # half(0, r2, sx) at integer spacing: the largest h with (h*sx)^2 < r2, -1 if none.
+    h = np.int64(math.sqrt(r2) / sxi) + 1
+    while h >= 0 and (h * sxi) * (h * sxi) >= r2:
+        h -= 1
+    return h
 
 
-@njit(cache=True, parallel=True)
-def uphill_lists(d2, ci, cj, ck):
-    # CSR lists (ustart, ucode) of every centre's uphill neighbours (see paint_bits_int).
-    n = ci.size
-    n1 = d2.shape[1]
-    n2 = d2.shape[2]
-    cnt = np.zeros(n + 1, np.int64)
-    dummy = np.zeros(1, np.int64)
-    for m in prange(n):
-        cnt[m + 1] = _uphill(d2, ci, cj, ck, m, n1, n2, dummy, 0, False)
-    for m in range(n):
-        cnt[m + 1] += cnt[m]
-    ucode = np.empty(cnt[n], np.int64)
-    for m in prange(n):
-        _uphill(d2, ci, cj, ck, m, n1, n2, ucode, cnt[m], True)
-    return cnt, ucode
-
-
-@njit(cache=True, parallel=True)
-def uphill_from_bits(d2, ci, cj, ck, bits):
-    # uphill_lists from prune's neighbour bits: one read of d2 per listed neighbour.
-    n = ci.size
-    cnt = np.zeros(n + 1, np.int64)
-    for m in prange(n):
-        v = bits[m] & np.uint32(0x7FFFFFF)
-        c = 0
-        while v:
-            v &= v - np.uint32(1)
-            c += 1
-        cnt[m + 1] = c
-    for m in range(n):
-        cnt[m + 1] += cnt[m]
-    ucode = np.empty(cnt[n], np.int64)
-    for m in prange(n):
-        v = bits[m] & np.uint32(0x7FFFFFF)
-        pos = cnt[m]
-        while v:
-            t = trailing_zeros(v)
-            v &= v - np.uint32(1)
-            di = t // 9 - 1
-            dj = (t // 3) % 3 - 1
-            dk = t % 3 - 1
-            b = d2[ci[m] + di, cj[m] + dj, ck[m] + dk]
-            ucode[pos] = np.int64(b) * 32 + (di + 1) * 9 + abs(dj) * 3 + abs(dk)
-            pos += 1
-    return cnt, ucode
-
-
-@njit(cache=True, parallel=True)
-def disc_skip_masks(ext, r2i, ustart, ucode, need2, sxi):
-    # For balls with at most 63 slices: bit (dx + h) set when the disc at plane offset dx
-    # lies inside an uphill neighbour's disc (the test of paint_bits_int, done here once
-    # per ball).
-    n = ext.size
-    out = np.zeros(n, np.uint64)
-    for m in prange(n):
-        h = ext[m]
-        if h < 0 or h >= 32:
-            continue
-        rp = r2i[m]
-        mask = np.uint64(0)
-        for u in range(ustart[m], ustart[m + 1]):
-            code = ucode[u]
-            e = code & 31
-            ex = e // 9 - 1
-            t = e % 9
-            rq = code >> 5
-            for d in range(-h, h + 1):
-                dd = d * sxi
-                dq = (d - ex) * sxi
-                c = rq - dq * dq > need2[t, rp - dd * dd]
-                mask |= np.uint64(c) << np.uint64(d + h)
-        out[m] = mask
-    return out
-
-
-@njit(cache=True, parallel=True)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, need2, sxi):
-    # disc_skip_masks straight from prune's neighbour bits: the test depends on a
-    # neighbour only through its class (ex, |ey|*3 + |ek|) and D2(q), and a larger D2(q)
-    # contains more, so the largest D2(q) per class (at most 12) decides.  The disc at
-    # plane offset d lies inside q's iff D2(q) > need2[t, D2(p) - (d*sx)^2] + ((d-ex)*sx)^2,
-    # a threshold that depends only on D2(p) (vals[rank - 1]): tabulated per distinct value.
-    n = ci.size
-    nv = vals.size
-    th = np.zeros((nv, 12, 64), np.int64)
-    for r in prange(nv):
+@njit(**_OPTS)
+def disc_thresholds(vals, need2, sxi, th, r0, r1):
+    # th[r, c, d + h] for distinct values [r0, r1): the disc at plane offset d of a ball
+    # of D2 = vals[r] lies inside the disc of a neighbour of class c = (ex + 1) * 4 +
+    # |ey| * 2 + |ek| iff D2(q) > th (see disc_skip_masks_bits).
+    for r in range(r0, r1):
         rp = vals[r]
         h = ext_of(rp, sxi)
         if h >= 32:
@@ -459,27 +768,44 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, need2, sxi):
                 dd = d * sxi
                 dq = (d - ex) * sxi
                 th[r, c, d + h] = need2[tt, rp - dd * dd] + dq * dq
-    out = np.zeros(n, np.uint64)
-    chunk = 4096  # one work buffer per chunk of centres, not per centre
-    for c0 in prange((n + chunk - 1) // chunk):
-        best = np.empty(12, np.int64)
-        for m in range(c0 * chunk, min(n, (c0 + 1) * chunk)):
-            h = ext[m]
-            if h < 0 or h >= 32:
-                continue
-            best[:] = -1
-            v = bits[m] & np.uint32(0x7FFFFFF)
-            while v:
-                t = trailing_zeros(v)
-                v &= v - np.uint32(1)
-                di = t // 9 - 1
-                dj = (t // 3) % 3 - 1
-                dk = t % 3 - 1
-                b = np.int64(d2[ci[m] + di, cj[m] + dj, ck[m] + dk])
-                c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
-                if b > best[c]:
-                    best[c] = b
-            r = ranks[m] - 1
+    return th
+
+
+@njit(**_OPTS)
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, moff, masks,
+                         hidden, m0, m1):
+    # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
+    # when the disc at plane offset d lies inside an uphill neighbour's disc, and
+    # hidden[m] = 1 when every disc of the ball does: the ball lies in the union of
+    # uphill balls and is not painted.  The test depends on a neighbour only through its
+    # class (ex, |ey|*3 + |ek|) and D2(q), and a larger D2(q) contains more, so the
+    # largest D2(q) per class (at most 12) decides.  The disc at plane offset d lies inside
+    # q's iff D2(q) > need2[t, D2(p) - (d*sx)^2] + ((d-ex)*sx)^2, a threshold that depends
+    # only on D2(p) (tabulated by disc_thresholds for balls of < 32 slices).  Hidden balls:
+    # the uphill order is strict, so every voxel of a hidden ball is covered by a painted
+    # ball of a value at least as large (by induction along the order).
+    best = np.empty(12, np.int64)
+    for m in range(m0, m1):
+        hidden[m] = 0
+        h = ext[m]
+        for u in range(moff[m], moff[m + 1]):
+            masks[u] = 0
+        if h < 0:
+            continue
+        best[:] = -1
+        v = bits[m] & np.uint32(0x7FFFFFF)
+        while v:
+            t = trailing_zeros(v)
+            v &= v - np.uint32(1)
+            di = t // 9 - 1
+            dj = (t // 3) % 3 - 1
+            dk = t % 3 - 1
+            b = np.int64(d2[ci[m] + di, cj[m] + dj, ck[m] + dk])
+            c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
+            if b > best[c]:
+                best[c] = b
+        r = ranks[m] - 1
+        if h < 32:
             mask = np.uint64(0)
             for c in range(12):
                 rq = best[c]
@@ -487,188 +813,50 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, need2, sxi):
                     continue
                 for x in range(2 * h + 1):
                     mask |= np.uint64(rq > th[r, c, x]) << np.uint64(x)
-            out[m] = mask
-    return out
+            masks[moff[m]] = mask
+            if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
+                hidden[m] = 1
+            continue
+        # larger balls: planes 0, 1, .., h, -1, .., -h until one is not hidden (the
+        # bits of the planes after it stay 0: painted, which is always exact)
+        rp = vals[r]
+        allin = True
+        last = 0  # the class that hid the previous disc is tried first
+        for y in range(2 * h + 1):
+            d = y if y <= h else h - y
+            x = d + h
+            dd = d * sxi
+            rho = rp - dd * dd
+            inside = False
+            for cc in range(12):
+                c = last + cc
+                if c >= 12:
+                    c -= 12
+                rq = best[c]
+                if rq < 0:
+                    continue
+                ex = c // 4 - 1
+                t = c % 4
+                dq = (d - ex) * sxi
+                if rq > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq:
+                    inside = True
+                    last = c
+                    break
+            if not inside:
+                allin = False
+                break
+            masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
+        if allin:
+            hidden[m] = 1
+    return masks
 
 
-@njit(cache=True, inline="always")
-def ext_of(r2, sxi):
-    # half(0, r2, sx) at integer spacing: the largest h with (h*sx)^2 < r2, -1 if none.
-    h = np.int64(math.sqrt(r2) / sxi) + 1
-    while h >= 0 and (h * sxi) * (h * sxi) >= r2:
-        h -= 1
-    return h
-
-
-@njit(cache=True, parallel=True)
-def edt_axis12(fin, sy, sz, out):
-    # The distance passes along axes 1 then 2, one plane i at a time through a plane buffer (one pass
-    # over the volume instead of two; same operations in the same order).
-    n0, n1, n2 = fin.shape
-    for i in prange(n0):
-        buf = np.empty((n1, n2), np.float64)
-        for j in range(n1):
-            for k in range(n2):
-                best = fin[i, j, k]
-                t = 1
-                while True:
-                    ts = t * sy
-                    c = ts * ts
-                    if c >= best:
-                        break
-                    any_ = False
-                    if j - t >= 0:
-                        v = fin[i, j - t, k] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if j + t < n1:
-                        v = fin[i, j + t, k] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if not any_:
-                        break
-                    t += 1
-                buf[j, k] = best
-        for j in range(n1):
-            for k in range(n2):
-                best = buf[j, k]
-                t = 1
-                while True:
-                    ts = t * sz
-                    c = ts * ts
-                    if c >= best:
-                        break
-                    any_ = False
-                    if k - t >= 0:
-                        v = buf[j, k - t] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if k + t < n2:
-                        v = buf[j, k + t] + c
-                        if v < best:
-                            best = v
-                        any_ = True
-                    if not any_:
-                        break
-                    t += 1
-                out[i, j, k] = best
-    return out
-
-
-
-@njit(cache=True, parallel=True)
-def slab_lists_par(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
-    # Per slab of g output planes, the centres whose ball reaches it, in decreasing rank
-    # (each slab scans the centres in parallel with the others).
-    n = ranks.size
-    cnt = np.zeros(nvals + 2, np.int64)
-    for m in range(n):
-        cnt[ranks[m]] += 1
-    pos = np.empty(nvals + 2, np.int64)
-    s = 0
-    for r in range(nvals + 1, -1, -1):
-        pos[r] = s
-        s += cnt[r]
-    order = np.empty(n, np.int64)
-    for m in range(n):
-        r = ranks[m]
-        order[pos[r]] = m
-        pos[r] += 1
-    ext = np.empty(n, np.int64)
-    # each ball's plane range [a, b] in rank order (empty when a > b), read sequentially
-    # by every slab below
-    pa = np.empty(n, np.int64)
-    pb = np.empty(n, np.int64)
-    for t in prange(n):
-        m = order[t]
-        h = half(0.0, r2s[m], sx)
-        ext[m] = h
-        pa[t] = ci[m] - h if h >= 0 else hi0
-        pb[t] = ci[m] + h if h >= 0 else lo0 - 1
-    nslab = (hi0 - lo0 + g - 1) // g
-    start = np.zeros(nslab + 1, np.int64)
-    for sl in prange(nslab):
-        p0 = lo0 + sl * g
-        p1 = min(p0 + g, hi0) - 1
-        c = 0
-        for t in range(n):
-            if pa[t] <= p1 and pb[t] >= p0:
-                c += 1
-        start[sl + 1] = c
-    for sl in range(nslab):
-        start[sl + 1] += start[sl]
-    lists = np.empty(start[nslab], np.int64)
-    for sl in prange(nslab):
-        p0 = lo0 + sl * g
-        p1 = min(p0 + g, hi0) - 1
-        f = start[sl]
-        for t in range(n):
-            if pa[t] <= p1 and pb[t] >= p0:
-                lists[f] = order[t]
-                f += 1
-    return start, lists, ext
-
-
-@njit(cache=True, parallel=True)
-def kept_centres(mask):
-    # np.flatnonzero(mask) and mask's values there, in parallel over planes.
-    n0, n1, n2 = mask.shape
-    cnt = np.zeros(n0 + 1, np.int64)
-    for i in prange(n0):
-        c = 0
-        for j in range(n1):
-            for k in range(n2):
-                if mask[i, j, k] != 0:
-                    c += 1
-        cnt[i + 1] = c
-    for i in range(n0):
-        cnt[i + 1] += cnt[i]
-    cand = np.empty(cnt[n0], np.int64)
-    vals = np.empty(cnt[n0], mask.dtype)
-    for i in prange(n0):
-        f = cnt[i]
-        for j in range(n1):
-            for k in range(n2):
-                v = mask[i, j, k]
-                if v != 0:
-                    cand[f] = (i * n1 + j) * n2 + k
-                    vals[f] = v
-                    f += 1
-    return cand, vals
-
-
-@njit(cache=True, parallel=True)
-def finish_lut(ranks, lut, out):
-    # out = lut[ranks], in parallel over planes.
+@njit(**_OPTS)
+def finish_lut(ranks, lut, out, i0, i1):
+    # out = lut[ranks] for planes [i0, i1).
     n0, n1, n2 = ranks.shape
-    for i in prange(n0):
+    for i in range(i0, i1):
         for j in range(n1):
             for k in range(n2):
                 out[i, j, k] = lut[ranks[i, j, k]]
-    return out
-
-
-@njit(cache=True, parallel=True)
-def finite_max(a):
-    # max of the finite values of a 3D array (0.0 when there is none), in parallel.
-    n0 = a.shape[0]
-    part = np.zeros(n0, np.float64)
-    for i in prange(n0):
-        m = 0.0
-        for j in range(a.shape[1]):
-            for k in range(a.shape[2]):
-                v = a[i, j, k]
-                if v > m and v != np.inf:
-                    m = v
-        part[i] = m
-    return part.max() if n0 else 0.0
-
-
-@njit(cache=True, parallel=True)
-def zero_fill(out):
-    for i in prange(out.shape[0]):
-        out[i] = 0
     return out
