@@ -3,21 +3,30 @@
 Same generated volumes for every method (tests/fibre_volumes.py; fibres of radius R along
 directions off the 12 × 12 (θ, φ) grid, Gaussian noise σ = 0.3), one run:
 
-* ``volsweep``: ``sweep(..., orientation_map=True)`` (local energy, σ = a, a = 2.5·R),
-  CPU and, with ``--gpu``, the GPU (CUDA-event time of the whole call);
-* ``volsweep sigma=f·a``: the same with other integration scales; ``volsweep best``
-  the best of them, as ``orientationpy best`` is OrientationPy's best;
-* ``volsweep-raw``: the former rule (per-voxel maximum of the raw response);
+* ``volsweep a:auto``: the scales as the config's ``a: auto`` derives them from the
+  phase's local thickness (:func:`volsweep.engine.orientation.auto_scales`):
+  ``sweep(..., a=[map_a, stats_a], orientation_a=map_a, orientation_map=True)``
+  (local energy, σ = a, the map of a non-periodic volume on the mean extension), the
+  whole call timed (statistics at both scales and the map);
+* ``volsweep map``: ``sweep(..., a=map_a, orientation_map=True)``, the same map alone
+  (what OrientationPy computes), CPU and, with ``--gpu``, the GPU (CUDA-event time);
+* ``volsweep sigma=f·a``: the map with other integration scales; ``volsweep best`` the
+  best of the maps, as ``orientationpy best`` is OrientationPy's best;
+* ``volsweep-raw``: the former rule (per-voxel maximum of the raw response) at map_a;
+* ``volsweep mode-boundary``: a non-periodic volume's map on the boundary mode's
+  extension (``orientation_boundary="mode"``), the former treatment of the faces;
+* ``volsweep stats-scale``: the map at the statistics' scale ``stats_a`` alone (the
+  scale the dominant direction wants; neighbouring and crossing fibres merge there);
 * ``orientationpy``: OrientationPy's structure tensor (Gaussian gradient,
   ``computeStructureTensor(sigma)``, ``computeOrientation(mode="fibre")``) for several
   integration ``sigma``; the best is reported.  Its direction is continuous; it is scored
   as it is and snapped to the nearest grid axis.
 
-Accuracy: fraction of all fibre voxels (edges included) whose axis is within one grid
-step (15°) of the truth, and the median angle.  Time: median wall seconds of ``--reps``
-calls (OrientationPy on all CPU cores of the machine).  Usage::
+Accuracy: fraction of all fibre voxels (edges and faces included) whose axis is within one
+grid step (15°) of the truth, and the median angle.  Time: median wall seconds of
+``--reps`` calls (all on the same machine, OrientationPy on all its CPU cores).  Usage::
 
-    PYTHONPATH=workflow python benchmarks/bench_orientation.py --out orientation.json
+    PYTHONPATH=workflow python benchmarks/bench_orientation.py --open --out orientation.json
     PYTHONPATH=workflow python3 benchmarks/bench_orientation.py --gpu --open --out o.json
 """
 
@@ -39,7 +48,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from fibre_volumes import axis_angle, open_fibres, periodic_fibres  # noqa: E402
 from volsweep import sweep  # noqa: E402
-from volsweep.engine.orientation import SCALE_PER_RADIUS  # noqa: E402
+from volsweep.engine.orientation import auto_scales  # noqa: E402
 from volsweep.engine.wavelet import axis_vector  # noqa: E402
 
 N_GRID = 12
@@ -102,14 +111,28 @@ def timed(fn, reps, gpu=False):
     return out, statistics.median(times)
 
 
-def run_volsweep(v, mode, a, device, rule, reps, integration_scale=None):
+_WARM = set()
+
+
+def run_volsweep(v, mode, a, device, rule, reps, integration_scale=None, **kw):
     def fn():
         return sweep(v, GRID, GRID, XI, a=a, mode=mode, device=device, progress=False,
-                     orientation_map=True, orientation_rule=rule, integration_scale=integration_scale)
+                     orientation_map=True, orientation_rule=rule, integration_scale=integration_scale, **kw)
 
-    fn()  # warm-up (compilation, FFT plans)
+    if device not in _WARM:  # warm-up once per device (compilation, FFT plans)
+        fn()
+        _WARM.add(device)
     ds, t = timed(fn, reps, gpu=device == "cuda")
     return axis_vector(GRID[ds["argmax_theta"].values], GRID[ds["argmax_phi"].values]), t
+
+
+def scales(mask):
+    """``a: auto``'s scales from the phase's local thickness (:func:`auto_scales`; the phase
+    is the fibre mask)."""
+    import volsweep
+
+    lt = volsweep.local_thickness(mask, device="cpu")
+    return auto_scales(volsweep.thickness_distribution(lt, bins=20))
 
 
 def run_orientationpy(v, sigma, reps):
@@ -139,8 +162,7 @@ def main(argv=None):
                     help="volsweep integration scales besides the default, in units of a")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    a = SCALE_PER_RADIUS * args.radius
-    res = {"radius": args.radius, "noise": args.noise, "a": a, "xi": XI, "grid": N_GRID,
+    res = {"radius": args.radius, "noise": args.noise, "xi": XI, "grid": N_GRID,
            "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "cases": {}}
     try:
         import orientationpy
@@ -154,18 +176,26 @@ def main(argv=None):
         res["gpu"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rows = []
     for name, v, m, u, mode in volumes(args):
-        case = {"fibre_voxels": int(m.sum()), "mode": mode}
+        a_list, a_map = scales(m)
+        a_stats = max(a_list)
+        case = {"fibre_voxels": int(m.sum()), "mode": mode, "a": a_list, "orientation_a": a_map}
         devices = (["cpu"] if args.cpu else []) + (["cuda"] if args.gpu else [])
         for dev in devices:
-            if mode == "reflect" and dev == "cpu":
-                continue  # hundreds of 300³ FFTs: GPU only
-            runs = [("local_energy", "volsweep", None), ("response", "volsweep-raw", None)]
-            runs += [("local_energy", f"volsweep sigma={f:g}a", f * a) for f in args.sigma_per_a]
+            runs = [("local_energy", "volsweep map", a_map, None, {}),
+                    ("response", "volsweep-raw", a_map, None, {})]
+            runs += [("local_energy", f"volsweep sigma={f:g}a", a_map, f * a_map, {}) for f in args.sigma_per_a]
+            if mode != "wrap":
+                runs.append(("local_energy", "volsweep mode-boundary", a_map, None,
+                             {"orientation_boundary": "mode"}))
+            if mode == "wrap" or dev == "cuda":  # reflect at stats_a: hundreds of 300³ FFTs
+                runs.append(("local_energy", "volsweep a:auto", a_list, None, {"orientation_a": a_map}))
+                runs.append(("local_energy", "volsweep stats-scale", a_stats, None, {}))
             best = None
-            for rule, label, sig in runs:
-                est, t = run_volsweep(v, mode, a, dev, rule, args.reps, sig)
-                case[f"{label} {dev}"] = sc = {**score(est, m, u), "seconds": t}
-                if rule == "local_energy" and (best is None or sc["within_step"] > best["within_step"]):
+            for rule, label, a, sig, kw in runs:
+                est, t = run_volsweep(v, mode, a, dev, rule, args.reps, sig, **kw)
+                case[f"{label} {dev}"] = sc = {**score(est, m, u), "seconds": t, "a": a}
+                if rule == "local_energy" and "scale" not in label and "boundary" not in label and (
+                        best is None or sc["within_step"] > best["within_step"]):
                     best = sc
             case[f"volsweep best {dev}"] = best
         if res["orientationpy"]:
@@ -180,16 +210,18 @@ def main(argv=None):
         res["cases"][name] = case
         for k, val in case.items():
             if isinstance(val, dict):
-                rows.append(f"| {name} | {k} | {val['within_step']:.3f} | {val['median_deg']:.1f} | "
+                a = val.get("a", "")
+                a = ", ".join(f"{x:.3g}" for x in a) if isinstance(a, list) else (f"{a:.3g}" if a != "" else "")
+                rows.append(f"| {name} | {k} | {a} | {val['within_step']:.3f} | {val['median_deg']:.1f} | "
                             f"{val['seconds']:.2f} |")
         print(json.dumps({name: case}), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
-    print(f"\na = {a:g}, xi = {XI}, noise {args.noise}, radius {args.radius}, cpus {res['cpus']}, "
+    print(f"\nxi = {XI}, noise {args.noise}, radius {args.radius}, cpus {res['cpus']}, "
           f"gpu {res.get('gpu')}, orientationpy {res['orientationpy']}")
-    print("| volume | method | within one step (15°) | median angle (°) | seconds |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| volume | method | a | within one step (15°) | median angle (°) | seconds |")
+    print("| --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
 
 

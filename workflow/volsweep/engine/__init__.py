@@ -441,11 +441,12 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         ``INTEGRATION_SCALE_PER_A · a`` per scale; 0 is one voxel.
     orientation_a : float or sequence of floats, optional
         The scales (values of ``a``) whose kernels take part in the local-energy map;
-        default all.  The statistics still cover every scale.  Larger scales win the
-        comparison where fibres cross or near the faces, so a bounded volume's map is
-        best at ``MAP_SCALE_PER_RADIUS`` while the dominant direction wants
-        ``SCALE_PER_RADIUS`` (:mod:`volsweep.engine.orientation`): one call with
-        ``a=[map_a, stats_a], orientation_a=map_a`` gives both.
+        default all.  The statistics still cover every scale.  The map wants the
+        fibres' matched scale ``MAP_SCALE_PER_RADIUS · r`` (at larger scales neighbouring
+        and crossing fibres merge), the dominant direction ``SCALE_PER_RADIUS · r``
+        (:mod:`volsweep.engine.orientation`): one call with ``a=[map_a, stats_a],
+        orientation_a=map_a`` gives both, as
+        :func:`volsweep.engine.orientation.auto_scales` (``a: auto``) derives them.
     orientation_boundary : {'mean', 'mode'}
         Outside a non-periodic volume (``mode`` ``reflect`` or ``constant``), the
         local-energy map's responses see the volume's mean (``'mean'``, the default:

@@ -29,10 +29,13 @@ from . import wavelet as _wv
 #: ``2.5 × radius`` the refined dominant direction was within 2.3° (half the 15° grid step
 #: is 7.5°) and every fibre voxel's orientation within one grid step.
 SCALE_PER_RADIUS = 2.5
-#: A smaller scale for the per-voxel orientation map near the volume's faces: in a 48³
-#: open box (``reflect``, radius 2.5) ``a = 2.5·R`` put 51% of the fibre voxels within one
-#: grid step (97% of those ≥ 12 voxels from a face: the long wavelet reaches the mirrored
-#: fibres), ``a = √2·R`` 91% (100% of those ≥ 8 voxels from a face).
+#: ``a = MAP_SCALE_PER_RADIUS · median fibre radius`` for the per-voxel orientation map:
+#: the transverse Mexican hat's matched scale (its response on a cylinder's axis peaks at
+#: ``a = √2·R``), so that neighbouring and crossing fibres stay apart.  At the statistics'
+#: scale the map merges them: measured (benchmarks/bench_orientation.py, radius 2.5, noise
+#: σ = 0.3, 12 × 12 grid, σ_int = a) where two families cross at 60° ``a = 2.5·R`` put 70%
+#: of the fibre voxels within one grid step, ``a = √2·R`` 93% (1.2·R 94%, 1.6·R 81%,
+#: 1.8·R 69%); in a 64³ open box of six fibres 73% against 100% (mean extension).
 MAP_SCALE_PER_RADIUS = math.sqrt(2.0)
 #: Grid axes within this many cell widths of a peak enter its quadratic refinement.
 REFINE_WIDTHS = 2.0
@@ -88,6 +91,26 @@ def scale_from_thickness(thickness, *, factor=SCALE_PER_RADIUS, statistic="media
     if not (math.isfinite(factor) and factor > 0):
         raise ValueError(f"factor must be finite and > 0, got factor={factor!r}")
     return factor * diameter / 2.0
+
+
+def auto_scales(thickness, *, statistic="median"):
+    """``(a, orientation_a)`` for :func:`volsweep.engine.sweep` from a local-thickness
+    distribution (the config's ``a: auto``).
+
+    ``a`` is the sorted scales ``[MAP_SCALE_PER_RADIUS·r, SCALE_PER_RADIUS·r]`` (r half the
+    median thickness): the statistics and the dominant direction at both, the per-voxel
+    map at ``orientation_a = MAP_SCALE_PER_RADIUS·r`` only.
+
+    Examples
+    --------
+    >>> import xarray as xr
+    >>> a, a_map = auto_scales(xr.Dataset({"median": 4.0}))
+    >>> [round(v, 4) for v in a], round(a_map, 4)
+    ([2.8284, 5.0], 2.8284)
+    """
+    a_stats = float(scale_from_thickness(thickness, statistic=statistic))
+    a_map = float(scale_from_thickness(thickness, factor=MAP_SCALE_PER_RADIUS, statistic=statistic))
+    return sorted({a_map, a_stats}), a_map
 
 
 # ----------------------------------------------------------------------------- sphere geometry
