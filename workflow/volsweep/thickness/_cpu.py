@@ -160,10 +160,8 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     mask = _scratch("prune_mask", d2.shape, np.uint32)
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
-    parts = _run(k.kept_centres, d2.shape[0], mask)
-    if len(parts) == 1:
-        return parts[0]
-    return (np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]))
+    cand = np.flatnonzero(mask)
+    return cand, mask.reshape(-1)[cand]
 
 
 # Output planes per slab of the painter (one slab per task).
@@ -208,8 +206,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     hi = [int(v) for v in box_hi]
     if not small:
         # squared radii beyond the integer tables: half-widths by search, no disc skip
-        start, lists, ext, order = k.slab_lists(ci, r2s, ranks, int(values.size),
-                                                float(wi[0]), lo[0], hi[0], g)
+        ext = _half_extent(r2s, wi[0])
+        start, lists, order = k.slab_lists(ci, ext, ranks, int(values.size), lo[0], hi[0], g)
         ci, cj, ck, r2s, ranks = (a[order] for a in (ci, cj, ck, r2s, ranks))
         _run(k.paint_bits, start.size - 1, start, lists, ext[order], ci, cj, ck, r2s, ranks,
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
@@ -224,8 +222,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     # balls whose every disc is (not painted at all)
     vals = values.astype(np.int64)
     nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))  # < 32 slices
-    th = np.zeros((nsmall, 12, 64), np.int64)
-    _run(k.disc_thresholds, nsmall, vals, need2, wi[0], th)
+    th = disc_thresholds(vals[:nsmall], need2, wi[0])
     moff = np.zeros(cand.size + 1, np.int64)
     np.cumsum((2 * ext + 64) // 64, out=moff[1:])
     masks = np.empty(int(moff[-1]), np.uint64)
@@ -234,8 +231,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
          wi[0], moff, masks, hidden)
     keep = np.flatnonzero(hidden == 0)
     ci, cj, ck, r2s, r2i, ranks, moff = (a[keep] for a in (ci, cj, ck, r2s, r2i, ranks, moff))
-    start, lists, ext, order = k.slab_lists(ci, r2s, ranks, int(values.size), float(wi[0]),
-                                            lo[0], hi[0], g)
+    ext = ext[keep]
+    start, lists, order = k.slab_lists(ci, ext, ranks, int(values.size), lo[0], hi[0], g)
     # every centre array in painting order (the slab lists index it)
     ci, cj, ck, r2i, ranks, ext, moff = (a[order] for a in (ci, cj, ck, r2i, ranks, ext, moff))
     nslab = start.size - 1
@@ -243,6 +240,34 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
          half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g, out,
          tasks_per_thread=nslab)
     return out, values
+
+
+def _half_extent(r2s: np.ndarray, w: int) -> np.ndarray:
+    """The largest h >= 0 with (h*w)^2 < r2 for each exact-integer r2 (-1 if none), int64."""
+    h = np.floor(np.sqrt(r2s) / w).astype(np.int64)
+    for _ in range(2):
+        up = ((h + 1) * float(w)) ** 2 < r2s
+        h += up
+        h -= (h * float(w)) ** 2 >= r2s
+    return np.maximum(h, -1)
+
+
+def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int) -> np.ndarray:
+    """th[r, c, d + h]: the disc at plane offset d of a ball of D2 = vals[r] (h < 32 its half
+    extent) lies inside the disc of a neighbour of class c = (ex + 1) * 4 + |ey| * 2 + |ek|
+    iff D2(q) > th (see the kernel disc_skip_masks_bits)."""
+    th = np.zeros((vals.size, 12, 64), np.int64)
+    if vals.size == 0:
+        return th
+    h = _half_extent(vals.astype(np.float64), w)
+    d = np.arange(64)[None, :] - h[:, None]           # plane offset of column x = d + h
+    valid = d <= h[:, None]
+    rho = np.where(valid, vals[:, None] - (d * w) ** 2, 0)
+    for c in range(12):
+        ex, t = c // 4 - 1, c % 4
+        row = need2[(t >> 1) * 3 + (t & 1)]
+        th[:, c, :] = np.where(valid, row[np.maximum(rho, 0)] + ((d - ex) * w) ** 2, 0)
+    return th
 
 
 def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndarray:

@@ -33,13 +33,15 @@ def edt_axis0(phase, sx, out, j0, j1):
     last = np.empty(n2, np.int64)
     nxt = np.empty(n2, np.int64)
     for j in range(j0, j1):
-        last[:] = -1
+        for k in range(n2):
+            last[k] = -1
         for i in range(n0):
             for k in range(n2):
                 if not phase[i, j, k]:
                     last[k] = i
                 out[i, j, k] = inf if last[k] < 0 else float(i - last[k])
-        nxt[:] = -1
+        for k in range(n2):
+            nxt[k] = -1
         for i in range(n0 - 1, -1, -1):
             for k in range(n2):
                 if not phase[i, j, k]:
@@ -211,7 +213,16 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                             # integer spacing: a is an exact integer (no binary search)
                             lev = levlut[int(a)]
                         else:
-                            lev = np.searchsorted(levels, a, side="left") - 1
+                            # number of levels < a, minus one (binary search)
+                            lo_ = 0
+                            hi_ = levels.size
+                            while lo_ < hi_:
+                                mid = (lo_ + hi_) >> 1
+                                if levels[mid] < a:
+                                    lo_ = mid + 1
+                                else:
+                                    hi_ = mid
+                            lev = lo_ - 1
                     for di in range(-1, 2):
                         ii = i + di
                         if ii < 0 or ii >= n0:
@@ -290,30 +301,6 @@ def uphill_bits(d2, cand):
 
 
 @njit(**_OPTS)
-def kept_centres(mask, i0, i1):
-    # np.flatnonzero(mask) and mask's values there, for planes [i0, i1).
-    n0, n1, n2 = mask.shape
-    c = 0
-    for i in range(i0, i1):
-        for j in range(n1):
-            for k in range(n2):
-                if mask[i, j, k] != 0:
-                    c += 1
-    cand = np.empty(c, np.int64)
-    vals = np.empty(c, np.uint32)
-    f = 0
-    for i in range(i0, i1):
-        for j in range(n1):
-            for k in range(n2):
-                v = mask[i, j, k]
-                if v != 0:
-                    cand[f] = (i * n1 + j) * n2 + k
-                    vals[f] = v
-                    f += 1
-    return cand, vals
-
-
-@njit(**_OPTS)
 def half(base, r2, s):
     # Largest h >= 0 with base + (h*s)*(h*s) < r2, or -1.
     rem = r2 - base
@@ -335,11 +322,11 @@ def half(base, r2, s):
 
 
 @njit(**_OPTS)
-def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
+def slab_lists(ci, ext, ranks, nvals, lo0, hi0, g):
     # The centres in decreasing rank (order) and, per slab of g output planes, the
     # positions in that order of the centres whose ball reaches it (increasing, so the
-    # painter reads the reordered centre arrays sequentially); each centre's half extent
-    # along axis 0 (in the original order).
+    # painter reads the reordered centre arrays sequentially); ext is each centre's half
+    # extent along axis 0.
     n = ranks.size
     cnt = np.zeros(nvals + 2, np.int64)
     for m in range(n):
@@ -354,15 +341,13 @@ def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
         r = ranks[m]
         order[pos[r]] = m
         pos[r] += 1
-    ext = np.empty(n, np.int64)
     nslab = (hi0 - lo0 + g - 1) // g
     start = np.zeros(nslab + 1, np.int64)
     sa = np.empty(n, np.int64)
     sb = np.empty(n, np.int64)
     for t in range(n):
         m = order[t]
-        h = half(0.0, r2s[m], sx)
-        ext[m] = h
+        h = ext[m]
         a = max(ci[m] - h, lo0)
         b = min(ci[m] + h, hi0 - 1)
         if h < 0 or a > b:
@@ -375,13 +360,15 @@ def slab_lists(ci, r2s, ranks, nvals, sx, lo0, hi0, g):
             start[sl + 1] += 1
     for sl in range(nslab):
         start[sl + 1] += start[sl]
-    fill = start[:nslab].copy()
+    fill = np.empty(nslab, np.int64)
+    for sl in range(nslab):
+        fill[sl] = start[sl]
     lists = np.empty(start[nslab], np.int64)
     for t in range(n):
         for sl in range(sa[t], sb[t] + 1):
             lists[fill[sl]] = t
             fill[sl] += 1
-    return start, lists, ext, order
+    return start, lists, order
 
 
 @njit(**_OPTS)
@@ -454,7 +441,9 @@ def _slab_state(npl, m1, m2):
             agg[w, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
     live = np.empty((npl, nw, nu), np.uint64)
     for a in range(npl):
-        live[a] = agg
+        for w in range(nw):
+            for u in range(nu):
+                live[a, w, u] = agg[w, u]
     full = np.empty(nw, np.uint64)
     for w in range(nw):
         full[w] = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - min(64, m2 - 64 * w))
@@ -469,7 +458,7 @@ def _any_rows_f(agg, jc, kc, base, r2, sy, sz, m1, m2):
     if hk < 0:
         return False
     for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
-        z = _gap(kc, w * 64, min(w * 64 + 64, m2) - 1) * sz
+        z = max(w * 64 - kc, kc - min(w * 64 + 63, m2 - 1), 0) * sz
         hy = half(base + z * z, r2, sy)
         if hy < 0:
             continue
@@ -500,7 +489,7 @@ def _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank, sx, s
         for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
             c0 = w * 64
             c1 = min(c0 + 64, m2) - 1
-            z = _gap(kc, c0, c1) * sz
+            z = max(c0 - kc, kc - c1, 0) * sz
             hy = half(base + z * z, r2, sy)
             if hy < 0:
                 continue
@@ -536,7 +525,10 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
     for sl in range(sl0, sl1):
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
-        out[p0 - lo0:p1 - lo0] = 0
+        for i in range(p0 - lo0, p1 - lo0):
+            for j in range(m1):
+                for k in range(m2):
+                    out[i, j, k] = 0
         asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
         remaining = (p1 - p0) * m1 * m2
         for t in range(start[sl], start[sl + 1]):
@@ -565,22 +557,12 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
 
 
 @njit(**_OPTS)
-def _gap(c, a, b):
-    # Distance from c to the integer range [a, b].
-    if c < a:
-        return a - c
-    if c > b:
-        return c - b
-    return 0
-
-
-@njit(**_OPTS)
 def _any_rows(agg, jc, kc, rho, hwy, hwz, szi, m1, m2):
     # Some row of the slab that the disc of squared radius rho centred on (row jc,
     # column kc) reaches in some word column still has an unassigned voxel there.
     hk = hwz[rho]
     for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
-        gz = _gap(kc, w * 64, min(w * 64 + 64, m2) - 1) * szi
+        gz = max(w * 64 - kc, kc - min(w * 64 + 63, m2 - 1), 0) * szi
         rem = rho - gz * gz
         if rem <= 0:
             continue
@@ -591,12 +573,6 @@ def _any_rows(agg, jc, kc, rho, hwy, hwz, szi, m1, m2):
             if _row_bits(agg, w, u, bl, br):
                 return True
     return False
-
-
-@njit(**_OPTS)
-def _hidden(masks, moff, m, x):
-    # Bit x (plane offset + h) of ball m's hidden-disc mask (disc_skip_masks_bits).
-    return (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1) != 0
 
 
 @njit(**_OPTS)
@@ -613,14 +589,15 @@ def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, 
     for i in range(ia, ib + 1):
         dx = (i - ic) * sxi
         rho = rr - dx * dx
-        if rho <= 0 or _hidden(masks, moff, m, i - ic + h):
+        x = i - ic + h  # the disc lies inside an uphill neighbour's disc:
+        if rho <= 0 or (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
             continue
         a = i - p0
         hk = hwz[rho]
         for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
             c0 = w * 64
             c1 = min(c0 + 64, m2) - 1
-            gz = _gap(kc, c0, c1) * szi
+            gz = max(c0 - kc, kc - c1, 0) * szi
             rem = rho - gz * gz
             if rem <= 0:
                 continue
@@ -666,7 +643,10 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
     for sl in range(sl0, sl1):
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
-        out[p0 - lo0:p1 - lo0] = 0
+        for i in range(p0 - lo0, p1 - lo0):
+            for j in range(m1):
+                for k in range(m2):
+                    out[i, j, k] = 0
         asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
         remaining = (p1 - p0) * m1 * m2
         for t in range(start[sl], start[sl + 1]):
@@ -703,7 +683,8 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 rho = rr - dx * dx
                 if rho <= 0:
                     continue
-                if _hidden(masks, moff, m, i - ic + h):
+                x = i - ic + h  # the disc lies inside an uphill neighbour's disc
+                if (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
                     continue
                 a = i - p0
                 oi = i - lo0
@@ -742,36 +723,6 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
 
 
 @njit(**_OPTS)
-def ext_of(r2, sxi):
-    # half(0, r2, sx) at integer spacing: the largest h with (h*sx)^2 < r2, -1 if none.
-    h = np.int64(math.sqrt(r2) / sxi) + 1
-    while h >= 0 and (h * sxi) * (h * sxi) >= r2:
-        h -= 1
-    return h
-
-
-@njit(**_OPTS)
-def disc_thresholds(vals, need2, sxi, th, r0, r1):
-    # th[r, c, d + h] for distinct values [r0, r1): the disc at plane offset d of a ball
-    # of D2 = vals[r] lies inside the disc of a neighbour of class c = (ex + 1) * 4 +
-    # |ey| * 2 + |ek| iff D2(q) > th (see disc_skip_masks_bits).
-    for r in range(r0, r1):
-        rp = vals[r]
-        h = ext_of(rp, sxi)
-        if h >= 32:
-            continue
-        for c in range(12):
-            ex = c // 4 - 1
-            t = c % 4
-            tt = (t >> 1) * 3 + (t & 1)
-            for d in range(-h, h + 1):
-                dd = d * sxi
-                dq = (d - ex) * sxi
-                th[r, c, d + h] = need2[tt, rp - dd * dd] + dq * dq
-    return th
-
-
-@njit(**_OPTS)
 def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, moff, masks,
                          hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
@@ -792,7 +743,8 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
             masks[u] = 0
         if h < 0:
             continue
-        best[:] = -1
+        for c in range(12):
+            best[c] = -1
         v = bits[m] & np.uint32(0x7FFFFFF)
         while v:
             t = trailing_zeros(v)
