@@ -561,7 +561,10 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         if ps.role == "map":  # the mean extension: zeros around V − mean(V)
             xp = _be.get_array_module(volume)
             shifted = float(xp.mean(volume, dtype=xp.float64))
-            source = _Shifted(volume, shifted)
+            if _be.is_cupy_array(volume):  # already on the device: one float32 copy there
+                source = volume.astype(xp.float32) - xp.float32(shifted)
+            else:
+                source = _Shifted(volume, shifted)
             rep = _full_rep(ps.ks, ps.sub, theta, phi, a_index, xi_index, grid, a_dim)
         else:
             rep = ps.ks.rep
