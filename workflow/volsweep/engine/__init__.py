@@ -267,11 +267,14 @@ def _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncat
 
 def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
                  truncate=_wv.DEFAULT_TRUNCATE, orientation_map=False, integration_scale=None,
-                 orientation_rule="local_energy", mode="reflect", orientation_a=None,
+                 orientation_rule="local_energy", mode=None, orientation_a=None,
                  orientation_boundary="mean") -> tuple[int, int]:
     """Bytes :func:`sweep` plans for the untiled volume and for its smallest (1-voxel) tile.
 
-    The same model :func:`sweep` tiles by under ``memory_limit`` (the largest of its passes).
+    The same model :func:`sweep` tiles by under ``memory_limit``: the largest of its passes
+    (the map's own pass on the mean extension, untiled, has a smaller halo than tiled: its
+    least need is the smaller of the two).  ``mode=None``: the largest over the modes
+    (``wrap``'s one pass and the two passes of ``reflect``/``constant``).
 
     Examples
     --------
@@ -284,8 +287,10 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
     sp = _wv.check_spacing(spacing)
     sig = _integration_scales(integration_scale, a_vals)
     map_scales = _map_scales(orientation_a, a_vals, a)
-    passes = _plan_passes(tuple(int(n) for n in shape), theta, phi, xi, a_vals, map_scales, sp, truncate,
-                          mode, ("energy",), orientation_map, orientation_rule, sig, orientation_boundary, None)
+    passes = []
+    for m in (("wrap", "reflect") if mode is None else (mode,)):
+        passes += _plan_passes(tuple(int(n) for n in shape), theta, phi, xi, a_vals, map_scales, sp, truncate,
+                               m, ("energy",), orientation_map, orientation_rule, sig, orientation_boundary, None)
     untiled = smallest = 0
     for p in passes:
         halo = p.halo
@@ -294,8 +299,11 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
                              float(np.max(sig[np.isin(a_vals, map_scales)])), tiled=True)
         else:
             full = halo
-        untiled = max(untiled, math.prod(fast_shape(shape, halo)) * p.bpv)
-        smallest = max(smallest, math.prod(fast_shape((1,) * len(shape), full)) * p.bpv)
+        whole = math.prod(fast_shape(shape, halo)) * p.bpv
+        untiled = max(untiled, whole)
+        # the least budget this pass runs under: its 1-voxel tile, or whole when that is less
+        # (the map's untiled pass has the smaller halo)
+        smallest = max(smallest, min(whole, math.prod(fast_shape((1,) * len(shape), full)) * p.bpv))
     return untiled, smallest
 
 
