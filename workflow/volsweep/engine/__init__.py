@@ -581,9 +581,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
             if ps.role != "map":
                 parts.append(part)
             if pmap is not None:
-                names = ["response_max"] if ps.role == "stats" else list(maps)
-                if ps.role == "map":
-                    names = ["local_energy_max"]
+                names = {"stats": ["response_max"], "map": ["local_energy_max"]}.get(ps.role, list(maps))
                 for name in names:
                     maps[name][blk.core] = _be.to_numpy(pmap[name])
                 if ps.role != "stats":
