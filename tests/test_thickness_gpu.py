@@ -66,8 +66,17 @@ extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* c
                                const unsigned int* rank, long long ncand, long long n1, long long n2,
                                double sx, double sy, double sz, long long lo0, long long lo1,
                                long long lo2, long long hi0, long long hi1, long long hi2,
-                               unsigned int* M)
-{ LAUNCH(lt_paint_rows, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, M) }
+                               unsigned int* M, const long long* need2, long long nrho, long long n0)
+{ LAUNCH(lt_paint_rows, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, M,
+         need2, nrho, n0) }
+extern "C" void run_edt_line(unsigned grid, unsigned block, const double* fin, double* fout,
+                             long long nline, long long len, long long inner, long long w, int* sb,
+                             int* tb)
+{ LAUNCH(lt_edt_line, fin, fout, nline, len, inner, w, sb, tb) }
+extern "C" void run_hidden(unsigned grid, unsigned block, const double* d2, const long long* cand,
+                           long long ncand, long long n0, long long n1, long long n2, long long sxi,
+                           const long long* need2, long long nrho, unsigned char* hidden)
+{ LAUNCH(lt_hidden, d2, cand, ncand, n0, n1, n2, sxi, need2, nrho, hidden) }
 extern "C" void run_pushdown(unsigned grid, unsigned block, unsigned int* M, long long level,
                              long long m2, int q)
 { LAUNCH(lt_pushdown, M, level, m2, q) }
@@ -92,8 +101,13 @@ def _p(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
-def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None):
-    """The GPU module's pipeline, step for step, with the kernels run on the CPU."""
+def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None,
+                       brute_span=None):
+    """The GPU module's pipeline, step for step, with the kernels run on the CPU
+    (``brute_span``: the distance passes' switch to the lower envelope, as G.BRUTE_SPAN)."""
+    from volsweep.thickness import _gpu as G
+
+    brute_span = G.BRUTE_SPAN if brute_span is None else brute_span
     L, D = ctypes.c_longlong, ctypes.c_double
     n0, n1, n2 = phase.shape
     n = phase.size
@@ -107,8 +121,14 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
     b = np.empty(phase.shape)
     g = lambda m, bs=64: (m + bs - 1) // bs  # noqa: E731
     lib.run_edt0(g(n1 * n2), 64, _p(ph), _p(a), L(n0), L(n1 * n2), D(sx))
-    lib.run_pass(g(n), 64, _p(a), _p(b), L(n), L(n1), L(n2), D(sy))
-    lib.run_pass(g(n), 64, _p(b), _p(a), L(n), L(n2), L(1), D(sz))
+    for src, dst, length, inner, w in ((a, b, n1, n2, sy), (b, a, n2, 1, sz)):
+        if np.max(src, where=np.isfinite(src), initial=0.0) < (brute_span * w) ** 2:
+            lib.run_pass(g(n), 64, _p(src), _p(dst), L(n), L(length), L(inner), D(w))
+        else:
+            s_ = np.empty(n, np.int32)
+            t_ = np.empty(n, np.int32)
+            lib.run_edt_line(g(n // length), 64, _p(src), _p(dst), L(n // length), L(length),
+                             L(inner), L(int(w)), _p(s_), _p(t_))
     d2 = a
     r2need = float(np.max(d2, where=np.isfinite(d2), initial=0.0))
     levels, need, cap = TAB.prune_table(r2need, weights)
@@ -120,13 +140,23 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
     cand = np.flatnonzero(keep).astype(np.int64)
     r2s = d2.ravel()[cand]
     values = np.unique(r2s)
+    if values.size and values[-1] < TAB.INT_TABLE_MAX:
+        need2 = np.ascontiguousarray(TAB.disc_need_table(int(values[-1]), weights[1], weights[2]))
+        hidden = np.empty(cand.size, np.uint8)
+        lib.run_hidden(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n0), L(n1), L(n2),
+                       L(weights[0]), _p(need2), L(need2.shape[1]), _p(hidden))
+        cand = np.ascontiguousarray(cand[hidden == 0])
+        r2s = d2.ravel()[cand]
+    else:
+        need2 = np.zeros(1, np.int64)
+    nrho = need2.shape[1] if need2.ndim == 2 else 0
     rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
     shape = tuple(h - l for l, h in zip(box_lo, box_hi))
     nq = max(0, shape[2].bit_length() - 1)
     M = np.zeros((nq + 1,) + shape, np.uint32)
     lib.run_paint_rows(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
                        L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo],
-                       *[L(v) for v in box_hi], _p(M))
+                       *[L(v) for v in box_hi], _p(M), _p(need2), L(nrho), L(n0))
     size = int(np.prod(shape))
     for q in range(nq, 0, -1):
         lib.run_pushdown(g(size), 64, _p(M), L(size), L(shape[2]), ctypes.c_int(q))
@@ -147,6 +177,25 @@ def test_cuda_source_emulated_matches_cpu_and_oracle(emulated, spacing, kind):
     np.testing.assert_array_equal(d2, oracle_d2_int(phase, spacing)[0])
     np.testing.assert_array_equal(lt, T.local_thickness(phase, spacing=spacing, device="cpu"))
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
+def solid_with_pores(shape, count, seed):
+    x = np.ones(shape, bool)
+    rng = np.random.default_rng(seed)
+    x[tuple(rng.integers(0, n, count) for n in shape)] = False
+    return x
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0), (0.7, 1.3, 1.0)])
+@pytest.mark.parametrize("brute_span", [1, 64])
+def test_cuda_source_emulated_solid_with_pores(emulated, spacing, brute_span):
+    # Large balls (hidden balls and discs skipped), distance passes by lower envelope
+    # (brute_span=1) or outward search.
+    for shape, count, seed in [((40, 13, 11), 3, 0), ((9, 23, 21), 2, 1)]:
+        phase = solid_with_pores(shape, count, seed)
+        d2, lt = emulated_thickness(emulated, phase, spacing, brute_span=brute_span)
+        np.testing.assert_array_equal(d2, oracle_d2_int(phase, spacing)[0])
+        np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ._tables import diameter_lut, prune_table
+from ._tables import INT_TABLE_MAX, diameter_lut, disc_need_table, prune_table
 
 CUDA_SOURCE = r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -86,6 +86,131 @@ extern "C" __global__ void lt_edt_pass(const double* __restrict__ fin, double* _
         if (!any) break;
     }
     fout[p] = best;
+}
+
+
+/* The same pass over whole lines (one thread per line): the lower envelope of the
+   parabolas (w (x - v))^2 + fin[v] (Meijster et al.), in exact integer arithmetic; linear
+   in the line's length whatever the distances.  Lines: len elements of stride inner,
+   line L starting at (L / inner) * len * inner + L % inner.  s, t: scratch of nline * len
+   int32 each (element q of line L at q * nline + L). */
+extern "C" __global__ void lt_edt_line(const double* __restrict__ fin, double* __restrict__ fout,
+                                       long long nline, long long len, long long inner,
+                                       long long w, int* __restrict__ s, int* __restrict__ t)
+{
+    long long L = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (L >= nline) return;
+    long long base = (L / inner) * len * inner + L % inner;
+    long long w2 = w * w;
+    long long q = -1;
+    for (long long u = 0; u < len; ++u) {
+        double fv = fin[base + u * inner];
+        if (fv == LT_INF) continue;
+        long long fu = (long long)fv;
+        while (q >= 0) {
+            long long tq = t[q * nline + L], sq = s[q * nline + L];
+            long long fq = (long long)fin[base + sq * inner];
+            if ((tq - sq) * w2 * (tq - sq) + fq > (tq - u) * w2 * (tq - u) + fu) --q; else break;
+        }
+        if (q < 0) {
+            q = 0; s[L] = (int)u; t[L] = 0;
+        } else {
+            long long sq = s[q * nline + L];
+            long long fq = (long long)fin[base + sq * inner];
+            long long num = w2 * (u * u - sq * sq) + fu - fq;
+            long long den = 2 * w2 * (u - sq);
+            long long fl = num / den;
+            if ((num % den != 0) && ((num < 0) != (den < 0))) --fl;  /* floor division */
+            long long sep = fl + 1;
+            if (sep < len) { ++q; s[q * nline + L] = (int)u; t[q * nline + L] = (int)sep; }
+        }
+    }
+    if (q < 0) {
+        for (long long u = 0; u < len; ++u) fout[base + u * inner] = LT_INF;
+        return;
+    }
+    for (long long u = len - 1; u >= 0; --u) {
+        long long sq = s[q * nline + L];
+        long long d = u - sq;
+        fout[base + u * inner] = (double)(d * w2 * d + (long long)fin[base + sq * inner]);
+        if (u == t[q * nline + L]) --q;
+    }
+}
+
+/* The largest D2 of p's uphill 26-neighbours (D2 larger, or equal and a smaller flat
+   index) per class c = (ex + 1) * 4 + |ey| * 2 + |ez|, -1 where there is none. */
+__device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, long long p,
+                                               long long n0, long long n1, long long n2,
+                                               long long* best)
+{
+    for (int c = 0; c < 12; ++c) best[c] = -1;
+    long long k = p % n2, j = (p / n2) % n1, i = p / (n1 * n2);
+    double a = d2[p];
+    for (int di = -1; di <= 1; ++di) {
+        long long ii = i + di;
+        if (ii < 0 || ii >= n0) continue;
+        for (int dj = -1; dj <= 1; ++dj) {
+            long long jj = j + dj;
+            if (jj < 0 || jj >= n1) continue;
+            for (int dk = -1; dk <= 1; ++dk) {
+                long long kk = k + dk;
+                if (kk < 0 || kk >= n2 || (di == 0 && dj == 0 && dk == 0)) continue;
+                long long qi = (ii * n1 + jj) * n2 + kk;
+                double b = d2[qi];
+                if (b == LT_INF) continue;
+                if (b > a || (b == a && qi < p)) {
+                    int c = (di + 1) * 4 + (dj < 0 ? -dj : dj) * 2 + (dk < 0 ? -dk : dk);
+                    if ((long long)b > best[c]) best[c] = (long long)b;
+                }
+            }
+        }
+    }
+}
+
+/* Whether the ball's disc at plane offset d (squared radius rho there) lies inside the
+   same plane's disc of an uphill neighbour: D2(q) > need2[t, rho] + ((d - ex) sx)^2
+   (exact integers; need2 from _tables.disc_need_table, rows of nrho).  *last: the class
+   tried first (the one that hid the previous disc). */
+__device__ __forceinline__ int lt_disc_hidden(const long long* best, long long d, long long rho,
+                                              long long sxi, const long long* __restrict__ need2,
+                                              long long nrho, int* last)
+{
+    for (int cc = 0; cc < 12; ++cc) {
+        int c = *last + cc;
+        if (c >= 12) c -= 12;
+        long long rq = best[c];
+        if (rq < 0) continue;
+        long long ex = c / 4 - 1;
+        int t = c % 4;
+        long long dq = (d - ex) * sxi;
+        if (rq > need2[((t >> 1) * 3 + (t & 1)) * nrho + rho] + dq * dq) { *last = c; return 1; }
+    }
+    return 0;
+}
+
+/* hidden[m] = 1 when every disc of centre m's ball lies inside an uphill neighbour's disc:
+   the ball lies in the union of uphill balls, whose values are at least its own, and the
+   order is strict, so it need not be painted (integer lattice, exact). */
+extern "C" __global__ void lt_hidden(const double* __restrict__ d2, const long long* __restrict__ cand,
+                                     long long ncand, long long n0, long long n1, long long n2,
+                                     long long sxi, const long long* __restrict__ need2,
+                                     long long nrho, unsigned char* __restrict__ hidden)
+{
+    long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (m >= ncand) return;
+    long long p = cand[m];
+    long long best[12];
+    lt_uphill_best(d2, p, n0, n1, n2, best);
+    long long rp = (long long)d2[p];
+    long long h = (long long)(sqrt((double)rp) / (double)sxi) + 1;
+    while (h >= 0 && (h * sxi) * (h * sxi) >= rp) --h;
+    int last = 0;
+    unsigned char res = (h >= 0);
+    for (long long y = 0; y <= 2 * h && res; ++y) {
+        long long d = y <= h ? y : h - y;   /* 0, 1, .., h, -1, .., -h */
+        if (!lt_disc_hidden(best, d, rp - (d * sxi) * (d * sxi), sxi, need2, nrho, &last)) res = 0;
+    }
+    hidden[m] = res;
 }
 
 extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char* __restrict__ keep,
@@ -186,7 +311,9 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
                                          long long n1, long long n2, double sx, double sy, double sz,
                                          long long lo0, long long lo1, long long lo2,
                                          long long hi0, long long hi1, long long hi2,
-                                         unsigned int* __restrict__ M)
+                                         unsigned int* __restrict__ M,
+                                         const long long* __restrict__ need2, long long nrho,
+                                         long long n0)
 {
     long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long w = gt >> 5;
@@ -202,12 +329,23 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
     long long level = (hi0 - lo0) * m1 * m2;
     long long hi = lt_half(0.0, r2, sx);
     long long hj = lt_half(0.0, r2, sy);
+    /* with need2 (integer lattice within its table): skip the discs that lie inside an
+       uphill neighbour's disc, as lt_hidden (every lane decides alike) */
+    long long best[12];
+    int last = 0;
+    long long rp = (long long)r2, sxi = (long long)sx;
+    if (nrho > 0) lt_uphill_best(d2, p, n0, n1, n2, best);
     for (long long adi = 0; adi <= hi; ++adi) {
         double x = __dmul_rn((double)adi, sx);
         double aa = __dmul_rn(x, x);
         hj = lt_shrink(hj, aa, r2, sy);
         int xin0 = (i + adi >= lo0 && i + adi < hi0);
         int xin1 = (adi > 0 && i - adi >= lo0 && i - adi < hi0);
+        if (nrho > 0) {
+            long long rho = rp - (adi * sxi) * (adi * sxi);
+            if (xin0 && lt_disc_hidden(best, adi, rho, sxi, need2, nrho, &last)) xin0 = 0;
+            if (xin1 && lt_disc_hidden(best, -adi, rho, sxi, need2, nrho, &last)) xin1 = 0;
+        }
         if (!xin0 && !xin1) continue;
         for (long long adj = lane; adj <= hj; adj += 32) {
             double y = __dmul_rn((double)adj, sy);
@@ -224,6 +362,7 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
             for (int s = 0; s < 4; ++s) {
                 if ((s & 1) && adi == 0) continue;
                 if ((s & 2) && adj == 0) continue;
+                if ((s & 1) ? !xin1 : !xin0) continue;
                 long long xx = (s & 1) ? i - adi : i + adi;
                 long long yy = (s & 2) ? j - adj : j + adj;
                 if (xx < lo0 || xx >= hi0 || yy < lo1 || yy >= hi1) continue;
@@ -296,7 +435,12 @@ TABLES = _Tables()
 
 
 def edt_sq(phase, weights):
-    """Squared lattice distance map (float64 CuPy array, exact integers) of a boolean CuPy array."""
+    """Squared lattice distance map (float64 CuPy array, exact integers) of a boolean CuPy array.
+
+    Axes 1 and 2 search outwards per voxel while the largest finite value so far stays
+    below ``(BRUTE_SPAN * w)**2`` (a few steps per voxel), else take the lower envelope of
+    parabolas per line (linear in the line's length: a solid with few pores).
+    """
     import cupy as cp
 
     n0, n1, n2 = phase.shape
@@ -307,10 +451,24 @@ def edt_sq(phase, weights):
     b = cp.empty(phase.shape, cp.float64)
     nline = n1 * n2
     _kernel("lt_edt0")(_grid(nline, 128), (128,), (ph, a, np.int64(n0), np.int64(nline), np.float64(wx)))
-    _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (a, b, np.int64(n), np.int64(n1), np.int64(n2), np.float64(wy)))
-    _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (b, a, np.int64(n), np.int64(n2), np.int64(1), np.float64(wz)))
+    for src, dst, length, inner, w in ((a, b, n1, n2, wy), (b, a, n2, 1, wz)):
+        if float(_finite_max(src)) < (BRUTE_SPAN * w) ** 2:
+            _kernel("lt_edt_pass")(_grid(n), (_BLOCK,), (src, dst, np.int64(n), np.int64(length),
+                                                         np.int64(inner), np.float64(w)))
+        else:
+            lines = n // length
+            s_ = cp.empty(n, cp.int32)
+            t_ = cp.empty(n, cp.int32)
+            _kernel("lt_edt_line")(_grid(lines, 128), (128,), (
+                src, dst, np.int64(lines), np.int64(length), np.int64(inner), np.int64(w), s_, t_))
+            del s_, t_
     del b
     return a
+
+
+# Lines whose largest finite squared distance is below (BRUTE_SPAN * w)^2 are searched voxel
+# by voxel, longer ones by the lower envelope (lt_edt_line).
+BRUTE_SPAN = 64
 
 
 # The continuous containment test beyond the table is exact below this squared length;
@@ -366,18 +524,39 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None):
     values = cp.unique(r2s)
     if cand.size == 0 or math.prod(shape) == 0:
         return cp.zeros(shape, cp.uint32), values
-    rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
-    del r2s
     _, n1, n2 = d2.shape
     wx, wy, wz = (float(w) for w in weights)
+    n0 = d2.shape[0]
+    r2max = float(values[-1])
+    if r2max < INT_TABLE_MAX:
+        # integer tables: drop the balls hidden in the union of their uphill neighbours',
+        # and skip hidden discs of the others
+        need2 = cp.asarray(disc_need_table(int(r2max), int(wy), int(wz)))
+        nrho = need2.shape[1]
+        hidden = cp.empty(cand.size, cp.uint8)
+        _kernel("lt_hidden")(_grid(cand.size), (_BLOCK,), (
+            d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
+            np.int64(int(wx)), need2, np.int64(nrho), hidden))
+        keep = cp.flatnonzero(hidden == 0)
+        del hidden
+        cand = cand[keep]
+        r2s = r2s[keep]
+        del keep
+    else:
+        need2 = cp.zeros(1, cp.int64)
+        nrho = 0
+    rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
+    del r2s
     m2 = shape[2]
     nq = _levels(m2) - 1
     level = math.prod(shape)
     M = cp.zeros((nq + 1,) + shape, cp.uint32)
-    _kernel("lt_paint_rows")(_grid(cand.size * 32), (_BLOCK,), (
-        cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
-        np.float64(wx), np.float64(wy), np.float64(wz),
-        *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], M))
+    if cand.size:
+        _kernel("lt_paint_rows")(_grid(cand.size * 32), (_BLOCK,), (
+            cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
+            np.float64(wx), np.float64(wy), np.float64(wz),
+            *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], M,
+            need2, np.int64(nrho), np.int64(n0)))
     for q in range(nq, 0, -1):
         _kernel("lt_pushdown")(_grid(level), (_BLOCK,), (M, np.int64(level), np.int64(m2),
                                                          np.int32(q)))
@@ -396,17 +575,19 @@ def finish(ranks, values, scale=1.0):
 def memory_bytes(shape) -> int:
     """Peak device memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the uploaded input (uint8), the two
-    float64 distance passes, the uint8 prune mask, the kept centres (flat index, D2, rank
-    and their sort, every voxel kept) and, while painting, the sparse table of
-    ``_levels(m2)`` uint32 volumes and the rank map; the float32 result after it."""
+    float64 distance passes and the lower envelope's two int32 scratch arrays, the uint8
+    prune mask, the kept centres (flat index, D2, hidden flag, the index of those painted
+    and their copies, rank and the sorts; every voxel kept) and, while painting, the
+    sparse table of ``_levels(m2)`` uint32 volumes and the rank map; the float32 result
+    after it."""
     n = math.prod(shape)
-    edt = 1 + 8 + 8                       # input, two passes
+    edt = 1 + 8 + 8 + 4 + 4                # input, two passes, envelope scratch
     prune = 1 + 8 + 1 + 8 + 8 + 8          # input, D2, mask, flatnonzero (index + scan)
-    paint = 1 + 8 + 8 + 8 + 4 + 8 + 4 * _levels(shape[2]) + 4  # + unique's sort, table, copy
+    paint = 1 + 8 + 8 + 8 + 8 + 1 + 8 + 8 + 8 + 4 + 4 * _levels(shape[2]) + 4
     finish = 1 + 8 + 4 + 4                 # D2 still held, ranks, result
     return int(n * max(edt, prune, paint, finish) + _TABLE_BYTES)
 
 
 # Pruning tables on the device: levels and 7 rows of thresholds (float64), at most
-# MAX_TABLE_OFFSETS levels.
-_TABLE_BYTES = 8 * 8 * 2_000_000
+# MAX_TABLE_OFFSETS levels; the disc table (9 rows of int64 up to INT_TABLE_MAX).
+_TABLE_BYTES = 8 * 8 * 2_000_000 + 8 * 9 * (INT_TABLE_MAX + 1)

@@ -620,8 +620,11 @@ def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, 
     return tot
 
 
-# Balls of at least this half extent along axis 0 are painted node by node.
+# Balls of at least this half extent along axis 0 visit only the rows still unassigned
+# once fewer than 1 / LIVE_FRACTION of the slab's voxels are (before, painting row by row
+# costs less than finding the live rows).
 NODE_EXT = 16
+LIVE_FRACTION = 16
 
 
 @njit(**_OPTS)
@@ -648,7 +651,8 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 for k in range(m2):
                     out[i, j, k] = 0
         asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
-        remaining = (p1 - p0) * m1 * m2
+        total = (p1 - p0) * m1 * m2
+        remaining = total
         for t in range(start[sl], start[sl + 1]):
             if remaining == 0:
                 break
@@ -673,7 +677,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             kr = min(k0 + hk, hi2 - 1) - lo2
             if jl > jr or kl > kr or not _any_rows(agg, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
                 continue
-            if h >= NODE_EXT:
+            if h >= NODE_EXT and remaining * LIVE_FRACTION < total:
                 remaining -= _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
                                              p0, lo0, lo1, lo2, m1, m2)
