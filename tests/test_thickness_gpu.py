@@ -66,7 +66,7 @@ extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* c
                                const unsigned int* rank, long long ncand, long long n1, long long n2,
                                double sx, double sy, double sz, long long lo0, long long lo1,
                                long long lo2, long long hi0, long long hi1, long long hi2,
-                               unsigned int* M, const long long* need2, long long nrho, long long n0)
+                               unsigned int* M, const double* need2, long long nrho, long long n0)
 { LAUNCH(lt_paint_rows, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, M,
          need2, nrho, n0) }
 extern "C" void run_edt_line(unsigned grid, unsigned block, const double* fin, double* fout,
@@ -74,9 +74,9 @@ extern "C" void run_edt_line(unsigned grid, unsigned block, const double* fin, d
                              int* tb)
 { LAUNCH(lt_edt_line, fin, fout, nline, len, inner, w, sb, tb) }
 extern "C" void run_hidden(unsigned grid, unsigned block, const double* d2, const long long* cand,
-                           long long ncand, long long n0, long long n1, long long n2, long long sxi,
-                           const long long* need2, long long nrho, unsigned char* hidden)
-{ LAUNCH(lt_hidden, d2, cand, ncand, n0, n1, n2, sxi, need2, nrho, hidden) }
+                           long long ncand, long long n0, long long n1, long long n2, double sx,
+                           const double* need2, long long nrho, unsigned char* hidden)
+{ LAUNCH(lt_hidden, d2, cand, ncand, n0, n1, n2, sx, need2, nrho, hidden) }
 extern "C" void run_pushdown(unsigned grid, unsigned block, unsigned int* M, long long level,
                              long long m2, int q)
 { LAUNCH(lt_pushdown, M, level, m2, q) }
@@ -141,14 +141,15 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
     r2s = d2.ravel()[cand]
     values = np.unique(r2s)
     if values.size and values[-1] < TAB.INT_TABLE_MAX:
-        need2 = np.ascontiguousarray(TAB.disc_need_table(int(values[-1]), weights[1], weights[2]))
+        need2 = np.ascontiguousarray(TAB.disc_need_table(int(values[-1]), weights[1], weights[2]),
+                                     dtype=np.float64)
         hidden = np.empty(cand.size, np.uint8)
         lib.run_hidden(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n0), L(n1), L(n2),
-                       L(weights[0]), _p(need2), L(need2.shape[1]), _p(hidden))
+                       D(sx), _p(need2), L(need2.shape[1]), _p(hidden))
         cand = np.ascontiguousarray(cand[hidden == 0])
         r2s = d2.ravel()[cand]
     else:
-        need2 = np.zeros(1, np.int64)
+        need2 = np.zeros(1, np.float64)
     nrho = need2.shape[1] if need2.ndim == 2 else 0
     rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
     shape = tuple(h - l for l, h in zip(box_lo, box_hi))

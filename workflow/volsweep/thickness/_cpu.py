@@ -42,7 +42,7 @@ def _kernels():
     """The module of numba kernels (compiled on first use, cached on disk)."""
     from volsweep.progress import compile_notice
 
-    compile_notice(Path(__file__).with_name("_numba.py"), "local-thickness CPU kernels", "a few seconds")
+    compile_notice(Path(__file__).with_name("_numba.py"), "local-thickness CPU kernels", "5-15 s")
     from volsweep.thickness import _numba as _thickness_numba
 
     return _thickness_numba

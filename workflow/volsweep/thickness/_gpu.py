@@ -35,6 +35,35 @@ from ._tables import INT_TABLE_MAX, diameter_lut, disc_need_table, prune_table
 CUDA_SOURCE = r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
 
+__device__ __forceinline__ long long lt_half(double base, double r2, double s)
+{
+    /* largest h >= 0 with base + (h*s)^2 < r2, or -1 */
+    double rem = r2 - base;
+    if (!(rem > 0.0)) return -1;
+    long long h = (long long)(sqrt(rem) / s);
+    for (;;) {
+        double t = __dmul_rn((double)(h + 1), s);
+        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) ++h; else break;
+    }
+    while (h >= 0) {
+        double t = __dmul_rn((double)h, s);
+        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
+        --h;
+    }
+    return h;
+}
+
+__device__ __forceinline__ long long lt_shrink(long long h, double base, double r2, double s)
+{
+    while (h >= 0) {
+        double t = __dmul_rn((double)h, s);
+        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
+        --h;
+    }
+    return h;
+}
+
+
 extern "C" __global__ void lt_edt0(const unsigned char* __restrict__ phase, double* __restrict__ f,
                                    long long n0, long long nline, double sx)
 {
@@ -138,12 +167,13 @@ extern "C" __global__ void lt_edt_line(const double* __restrict__ fin, double* _
 }
 
 /* The largest D2 of p's uphill 26-neighbours (D2 larger, or equal and a smaller flat
-   index) per class c = (ex + 1) * 4 + |ey| * 2 + |ez|, -1 where there is none. */
+   index) per class c = (ex + 1) * 4 + |ey| * 2 + |ez|, -1 where there is none.  Squared
+   lattice lengths are exact integers in float64 (below 2^53), and so are the sums below. */
 __device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, long long p,
                                                long long n0, long long n1, long long n2,
-                                               long long* best)
+                                               double* best)
 {
-    for (int c = 0; c < 12; ++c) best[c] = -1;
+    for (int c = 0; c < 12; ++c) best[c] = -1.0;
     long long k = p % n2, j = (p / n2) % n1, i = p / (n1 * n2);
     double a = d2[p];
     for (int di = -1; di <= 1; ++di) {
@@ -160,7 +190,7 @@ __device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, lo
                 if (b == LT_INF) continue;
                 if (b > a || (b == a && qi < p)) {
                     int c = (di + 1) * 4 + (dj < 0 ? -dj : dj) * 2 + (dk < 0 ? -dk : dk);
-                    if ((long long)b > best[c]) best[c] = (long long)b;
+                    if (b > best[c]) best[c] = b;
                 }
             }
         }
@@ -169,21 +199,23 @@ __device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, lo
 
 /* Whether the ball's disc at plane offset d (squared radius rho there) lies inside the
    same plane's disc of an uphill neighbour: D2(q) > need2[t, rho] + ((d - ex) sx)^2
-   (exact integers; need2 from _tables.disc_need_table, rows of nrho).  *last: the class
-   tried first (the one that hid the previous disc). */
-__device__ __forceinline__ int lt_disc_hidden(const long long* best, long long d, long long rho,
-                                              long long sxi, const long long* __restrict__ need2,
+   (exact integers in float64; need2 from _tables.disc_need_table, rows of nrho).  *last:
+   the class tried first (the one that hid the previous disc). */
+__device__ __forceinline__ int lt_disc_hidden(const double* best, long long d, long long rho,
+                                              double sx, const double* __restrict__ need2,
                                               long long nrho, int* last)
 {
     for (int cc = 0; cc < 12; ++cc) {
         int c = *last + cc;
         if (c >= 12) c -= 12;
-        long long rq = best[c];
-        if (rq < 0) continue;
-        long long ex = c / 4 - 1;
+        double rq = best[c];
+        if (rq < 0.0) continue;
+        double dq = (double)(d - (c / 4 - 1)) * sx;
         int t = c % 4;
-        long long dq = (d - ex) * sxi;
-        if (rq > need2[((t >> 1) * 3 + (t & 1)) * nrho + rho] + dq * dq) { *last = c; return 1; }
+        if (rq > __dadd_rn(need2[((t >> 1) * 3 + (t & 1)) * nrho + rho], __dmul_rn(dq, dq))) {
+            *last = c;
+            return 1;
+        }
     }
     return 0;
 }
@@ -193,22 +225,23 @@ __device__ __forceinline__ int lt_disc_hidden(const long long* best, long long d
    order is strict, so it need not be painted (integer lattice, exact). */
 extern "C" __global__ void lt_hidden(const double* __restrict__ d2, const long long* __restrict__ cand,
                                      long long ncand, long long n0, long long n1, long long n2,
-                                     long long sxi, const long long* __restrict__ need2,
+                                     double sx, const double* __restrict__ need2,
                                      long long nrho, unsigned char* __restrict__ hidden)
 {
     long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= ncand) return;
     long long p = cand[m];
-    long long best[12];
+    double best[12];
     lt_uphill_best(d2, p, n0, n1, n2, best);
-    long long rp = (long long)d2[p];
-    long long h = (long long)(sqrt((double)rp) / (double)sxi) + 1;
-    while (h >= 0 && (h * sxi) * (h * sxi) >= rp) --h;
+    double rp = d2[p];
+    long long h = lt_half(0.0, rp, sx);
     int last = 0;
     unsigned char res = (h >= 0);
     for (long long y = 0; y <= 2 * h && res; ++y) {
         long long d = y <= h ? y : h - y;   /* 0, 1, .., h, -1, .., -h */
-        if (!lt_disc_hidden(best, d, rp - (d * sxi) * (d * sxi), sxi, need2, nrho, &last)) res = 0;
+        double dd = __dmul_rn((double)d, sx);
+        long long rho = (long long)__dadd_rn(rp, -__dmul_rn(dd, dd));
+        if (!lt_disc_hidden(best, d, rho, sx, need2, nrho, &last)) res = 0;
     }
     hidden[m] = res;
 }
@@ -275,34 +308,6 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
     keep[p] = res;
 }
 
-__device__ __forceinline__ long long lt_half(double base, double r2, double s)
-{
-    /* largest h >= 0 with base + (h*s)^2 < r2, or -1 */
-    double rem = r2 - base;
-    if (!(rem > 0.0)) return -1;
-    long long h = (long long)(sqrt(rem) / s);
-    for (;;) {
-        double t = __dmul_rn((double)(h + 1), s);
-        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) ++h; else break;
-    }
-    while (h >= 0) {
-        double t = __dmul_rn((double)h, s);
-        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
-        --h;
-    }
-    return h;
-}
-
-__device__ __forceinline__ long long lt_shrink(long long h, double base, double r2, double s)
-{
-    while (h >= 0) {
-        double t = __dmul_rn((double)h, s);
-        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
-        --h;
-    }
-    return h;
-}
-
 /* Painter "rows": one warp per centre, lanes over the rows of a plane slice.  Each row
    span [l, r] of axis 2 becomes two atomicMax into level q = floor(log2(r - l + 1)) of a
    sparse table M (levels of m0*m1*m2 uint32): M[q][row][l] and M[q][row][r - 2^q + 1]. */
@@ -312,7 +317,7 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
                                          long long lo0, long long lo1, long long lo2,
                                          long long hi0, long long hi1, long long hi2,
                                          unsigned int* __restrict__ M,
-                                         const long long* __restrict__ need2, long long nrho,
+                                         const double* __restrict__ need2, long long nrho,
                                          long long n0)
 {
     long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -331,9 +336,8 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
     long long hj = lt_half(0.0, r2, sy);
     /* with need2 (integer lattice within its table): skip the discs that lie inside an
        uphill neighbour's disc, as lt_hidden (every lane decides alike) */
-    long long best[12];
+    double best[12];
     int last = 0;
-    long long rp = (long long)r2, sxi = (long long)sx;
     if (nrho > 0) lt_uphill_best(d2, p, n0, n1, n2, best);
     for (long long adi = 0; adi <= hi; ++adi) {
         double x = __dmul_rn((double)adi, sx);
@@ -342,9 +346,9 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
         int xin0 = (i + adi >= lo0 && i + adi < hi0);
         int xin1 = (adi > 0 && i - adi >= lo0 && i - adi < hi0);
         if (nrho > 0) {
-            long long rho = rp - (adi * sxi) * (adi * sxi);
-            if (xin0 && lt_disc_hidden(best, adi, rho, sxi, need2, nrho, &last)) xin0 = 0;
-            if (xin1 && lt_disc_hidden(best, -adi, rho, sxi, need2, nrho, &last)) xin1 = 0;
+            long long rho = (long long)__dadd_rn(r2, -aa);
+            if (xin0 && lt_disc_hidden(best, adi, rho, sx, need2, nrho, &last)) xin0 = 0;
+            if (xin1 && lt_disc_hidden(best, -adi, rho, sx, need2, nrho, &last)) xin1 = 0;
         }
         if (!xin0 && !xin1) continue;
         for (long long adj = lane; adj <= hj; adj += 32) {
@@ -531,19 +535,19 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None):
     if r2max < INT_TABLE_MAX:
         # integer tables: drop the balls hidden in the union of their uphill neighbours',
         # and skip hidden discs of the others
-        need2 = cp.asarray(disc_need_table(int(r2max), int(wy), int(wz)))
+        need2 = cp.asarray(disc_need_table(int(r2max), int(wy), int(wz)), dtype=cp.float64)
         nrho = need2.shape[1]
         hidden = cp.empty(cand.size, cp.uint8)
         _kernel("lt_hidden")(_grid(cand.size), (_BLOCK,), (
             d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
-            np.int64(int(wx)), need2, np.int64(nrho), hidden))
+            np.float64(wx), need2, np.int64(nrho), hidden))
         keep = cp.flatnonzero(hidden == 0)
         del hidden
         cand = cand[keep]
         r2s = r2s[keep]
         del keep
     else:
-        need2 = cp.zeros(1, cp.int64)
+        need2 = cp.zeros(1, cp.float64)
         nrho = 0
     rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
     del r2s
