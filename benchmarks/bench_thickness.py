@@ -19,6 +19,9 @@ Parts (``--parts``, CPU and GPU):
             thread counts of ``--threads`` (fresh processes)
   gpu       (GPU) 250^3 blobs over ``--calls`` calls (CUDA events; max/median; pool bytes),
             800x800x200 blobs, peak pool bytes against ``thickness_memory_bytes``
+  compile   (CPU) the first call's time in a fresh process with an empty numba cache (the
+            kernels' compilation), then a second fresh process on that cache, ``--repeat``
+            times each
 
 Usage::
 
@@ -263,6 +266,35 @@ def part_gpu(a, out, log):
         log(f"GPU == CPU at 160^3, spacing (0.65, 0.65, 2.0): {out['gpu_equals_cpu_160_aniso']}")
 
 
+COMPILE_CHILD = r"""
+import sys, time
+t = time.perf_counter()
+sys.path.insert(0, sys.argv[1] + "/workflow")
+import numpy as np
+import volsweep
+x = np.ones((20, 21, 22), bool)
+x[3, 4, 5] = False
+volsweep.local_thickness(x)
+print(time.perf_counter() - t)
+"""
+
+
+def part_compile(a, out, log):
+    import tempfile
+
+    cold, warm = [], []
+    for _ in range(a.repeat):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+            for store in (cold, warm):
+                r = subprocess.run([sys.executable, "-c", COMPILE_CHILD, str(ROOT)], env=env,
+                                   capture_output=True, text=True, check=True)
+                store.append(float(r.stdout.strip().splitlines()[-1]))
+    out["compile"] = {"cold_s": cold, "warm_s": warm}
+    log(f"first call, empty numba cache: median {statistics.median(cold):.2f} s ({fmt(cold)}); "
+        f"with the cache: {statistics.median(warm):.2f} s ({fmt(warm)})")
+
+
 def fmt(times):
     return ", ".join(f"{t:.3g}" for t in times)
 
@@ -293,7 +325,7 @@ def main(argv=None):
         print(msg, flush=True)
 
     fns = {"cases": part_cases, "scaling": part_scaling, "spacing": part_spacing,
-           "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu}
+           "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu, "compile": part_compile}
     for part in parts:
         fns[part](a, out, log)
         if a.out:
