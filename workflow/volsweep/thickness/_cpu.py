@@ -237,8 +237,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     ci, cj, ck, r2i, ranks, ext, moff = (a[order] for a in (ci, cj, ck, r2i, ranks, ext, moff))
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
-         half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g, out,
-         tasks_per_thread=nslab)
+         half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g,
+         bool(ext.size and ext.max() >= k.TRACK_EXT), out, tasks_per_thread=nslab)
     return out, values
 
 

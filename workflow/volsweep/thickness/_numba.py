@@ -372,7 +372,7 @@ def slab_lists(ci, ext, ranks, nvals, lo0, hi0, g):
 
 
 @njit(**_OPTS)
-def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank):
+def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track):
     # Give the still unassigned voxels of mask m in word w of row b, slab plane a, the
     # value rank.  asg holds one bit per voxel (1 = assigned); live[a, w, b >> 6] one bit
     # per row whose word w still has an unassigned voxel, agg[w, b >> 6] the same over
@@ -389,7 +389,7 @@ def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank):
         out[oi, b, base + trailing_zeros(free)] = rank
         free &= free - np.uint64(1)
         c += 1
-    if v == full[w]:
+    if track and v == full[w]:
         bit = np.uint64(1) << np.uint64(b & 63)
         live[a, w, b >> 6] &= ~bit
         for p in range(live.shape[0]):
@@ -400,7 +400,7 @@ def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank):
 
 
 @njit(**_OPTS)
-def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank):
+def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank, track):
     # fill_word over the voxels [lft, rgt] of row b.
     wl = lft >> 6
     wr = rgt >> 6
@@ -412,7 +412,7 @@ def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank):
             m &= ALL << np.uint64(lft & 63)
         if w == wr:
             m &= ALL >> np.uint64(63 - (rgt & 63))
-        tot += fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank)
+        tot += fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track)
     return tot
 
 
@@ -507,7 +507,8 @@ def _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank, sx, s
                     if hk2 < 0 or lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank)
+                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank,
+                                     True)
     return tot
 
 
@@ -616,20 +617,23 @@ def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, 
                     if lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank)
+                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank,
+                                     True)
     return tot
 
 
 # Balls of at least this half extent along axis 0 visit only the rows still unassigned
+# (the live rows are tracked only when some ball has TRACK_EXT or more: track)
 # once fewer than 1 / LIVE_FRACTION of the slab's voxels are (before, painting row by row
 # costs less than finding the live rows).
 NODE_EXT = 16
+TRACK_EXT = 32
 LIVE_FRACTION = 16
 
 
 @njit(**_OPTS)
 def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy, hwz, masks,
-                   moff, lo0, lo1, lo2, hi0, hi1, hi2, g, out, sl0, sl1):
+                   moff, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
@@ -675,9 +679,11 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             jr = min(j0 + hj, hi1 - 1) - lo1
             kl = max(k0 - hk, lo2) - lo2
             kr = min(k0 + hk, hi2 - 1) - lo2
-            if jl > jr or kl > kr or not _any_rows(agg, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
+            if jl > jr or kl > kr:
                 continue
-            if h >= NODE_EXT and remaining * LIVE_FRACTION < total:
+            if track and not _any_rows(agg, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
+                continue
+            if track and h >= NODE_EXT and remaining * LIVE_FRACTION < total:
                 remaining -= _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
                                              p0, lo0, lo1, lo2, m1, m2)
@@ -720,9 +726,11 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                         if free == ZERO:
                             continue
                     if okp:
-                        remaining -= fill_bits(asg, live, agg, full, out, a, jp, oi, lft, rgt, rank)
+                        remaining -= fill_bits(asg, live, agg, full, out, a, jp, oi, lft, rgt, rank,
+                                               track)
                     if okm:
-                        remaining -= fill_bits(asg, live, agg, full, out, a, jm, oi, lft, rgt, rank)
+                        remaining -= fill_bits(asg, live, agg, full, out, a, jm, oi, lft, rgt, rank,
+                                               track)
     return out
 
 
