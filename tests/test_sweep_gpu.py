@@ -155,7 +155,7 @@ def test_gpu_local_energy_matches_cpu(mode):
     np.testing.assert_allclose(g["energy"].values, c["energy"].values, rtol=1e-5)
     assert g["energy"].dims == ("a", "theta", "phi", "xi")
     untiled, smallest = memory_needs(v.shape, th, ph, xi, a=[1.0, 1.4], spacing=SPACING,
-                                     orientation_map=True, integration_scale=1.1)
+                                     orientation_map=True, integration_scale=1.1, mode=mode)
     limit = max(0.5 * untiled, 1.05 * smallest)
     t = sweep(v, th, ph, xi, device="cuda", memory_limit=limit, **kw)
     assert t.attrs["n_blocks"] > 1

@@ -111,7 +111,8 @@ def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_RE
     cost = sweep_cost(tuple(shape), theta, phi, sw["xi"], a=a, spacing=spacing, mode=sw["mode"],
                       device="cuda" if gpu else "cpu", stats=tuple(sw["stats"]),
                       orientation_map=sw.get("orientation_map", False),
-                      integration_scale=sw.get("integration_scale"), **kwargs)
+                      integration_scale=sw.get("integration_scale"),
+                      orientation_boundary=sw.get("orientation_boundary", "mean"), **kwargs)
     seconds = cost["seconds"] * (1.0 if gpu else CPU_REFERENCE_THREADS / max(1, threads))
     return theta_blocks(len(theta), seconds, job_minutes=sw["job_minutes"], min_jobs=sw["min_jobs"],
                         block_size=sw["block_size"])

@@ -25,20 +25,18 @@ def sweep_scales(a, thickness_nc=None):
     """``(a, orientation_a)`` for the engine from the config's ``sweep.a``.
 
     ``auto`` derives both from the phase's local-thickness distribution
-    (:func:`volsweep.engine.orientation.scale_from_thickness`): the statistics' scale
-    and the per-voxel map's scale; otherwise ``a`` as given, and the map uses
-    every scale.
+    (:func:`volsweep.engine.orientation.auto_scales`); otherwise ``a`` as given, and
+    the map uses every scale.
     """
     if a != "auto":
         return a, None
-    from volsweep.engine.orientation import MAP_SCALE_PER_RADIUS, scale_from_thickness
+    from volsweep.engine.orientation import auto_scales
 
     dist = datasets.open_netcdf(thickness_nc)
-    a_stats = float(scale_from_thickness(dist))
-    a_map = float(scale_from_thickness(dist, factor=MAP_SCALE_PER_RADIUS))
-    log.info("sweep: a = auto from the median thickness %.4g: a = %.4g (statistics), %.4g (map)",
-             float(dist["median"]), a_stats, a_map)
-    return sorted({a_map, a_stats}), a_map
+    scales, a_map = auto_scales(dist)
+    log.info("sweep: a = auto from the median thickness %.4g: a = %s (statistics), %.4g (map)",
+             float(dist["median"]), [round(v, 4) for v in scales], a_map)
+    return scales, a_map
 
 
 def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: dict,
@@ -61,10 +59,11 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     xi, truncate = sweep["xi"], sweep["truncate"]
     omap = orientation_zarr is not None
     kwargs = {"truncate": truncate} if truncate is not None else {}
-    kwargs.update(integration_scale=sweep.get("integration_scale"))
+    kwargs.update(integration_scale=sweep.get("integration_scale"),
+                  orientation_boundary=sweep.get("orientation_boundary", "mean"))
     est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
                      device="cuda" if uses_gpu(device) else "cpu", stats=tuple(sweep["stats"]),
-                     orientation_map=omap, **kwargs)
+                     orientation_map=omap, orientation_a=orientation_a, **kwargs)
     log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
              est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
     run = functools.partial(run_sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi),
@@ -72,7 +71,8 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                             device=device, progress=True, orientation_map=omap,
                             orientation_a=orientation_a, unit=store.attrs.get("unit"), **kwargs)
     untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
-                                     orientation_map=omap, **kwargs)
+                                     orientation_map=omap, mode=sweep["mode"],
+                                     orientation_a=orientation_a, **kwargs)
     start = time.perf_counter()
     limit = None if device_memory_mb is None else device_memory_mb * MB
     ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
