@@ -434,7 +434,7 @@ class CpuKernels:
     def __init__(self):
         from volsweep.progress import compile_notice
 
-        compile_notice(__file__, "sweep CPU kernels", "about 10 s")
+        compile_notice(__file__, "sweep CPU kernels", "5-10 s")
         _compile_all()
 
     @staticmethod
