@@ -323,10 +323,11 @@ def _map_scales(orientation_a, a_vals, a):
 #: voxel and Gaussian tap of the local-energy map.  Measured with
 #: ``benchmarks/bench_sweep.py --cost`` (docs/benchmarks/sweep.md): CPU on the 2-core development
 #: machine (64³–128³, shared, ±50%), GPU on an NVIDIA H200 (128³–256³; its Parseval
-#: and local-energy times were launch-bound at these sizes and are rough).
+#: times were launch-bound at these sizes and are rough; its local energy is the fused
+#: passes' 3.2 ms at 800×800×200 with 75 taps, ``benchmarks/bench_local_energy.py``).
 COST_CONSTANTS = {
     "cpu": {"irfft": 3.9e-10, "parseval": 3.2e-9, "local_energy": 2.0e-9, "per_kernel": 9.4e-3},
-    "cuda": {"irfft": 6.3e-13, "parseval": 9.8e-12, "local_energy": 1.2e-13, "per_kernel": 9.1e-5},
+    "cuda": {"irfft": 6.3e-13, "parseval": 9.8e-12, "local_energy": 3.3e-13, "per_kernel": 9.1e-5},
 }
 
 
