@@ -324,16 +324,21 @@ def test_public_exports():
     assert volsweep.thickness_distribution is T.thickness_distribution
 
 
+def _centres(phase, spacing):
+    """Lattice weights, squared distances, the whole box's centres and their uphill bits."""
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    cand, up = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
+    return weights, d2, cand.copy(), up.copy()
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
 def test_painter_paths_agree(spacing, monkeypatch):
     # The painter's three ways to find skipped discs (prune's uphill bits, its own
     # neighbour lists, none beyond the integer tables) give the same ranks, in the
     # whole box and in a core box.
     phase = blobs((30, 26, 37), sigma=2.5, seed=11)
-    weights, _ = TAB.lattice(spacing)
-    d2 = CPU.edt_sq(phase, weights).copy()
-    cand, up = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
-    cand, up = cand.copy(), up.copy()
+    weights, d2, cand, up = _centres(phase, spacing)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (20, 19, 30))]:
         ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
         got = CPU.paint(d2, cand, weights, lo, hi)
@@ -383,10 +388,7 @@ def test_solid_with_isolated_pores_chunked_and_painter_paths(spacing, monkeypatc
     whole = T.local_thickness(phase, spacing=spacing)
     out, r_max = chunked(phase, (20, 9, 11), spacing)
     np.testing.assert_array_equal(out, whole)
-    weights, _ = TAB.lattice(spacing)
-    d2 = CPU.edt_sq(phase, weights).copy()
-    cand, up = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
-    cand, up = cand.copy(), up.copy()
+    weights, d2, cand, up = _centres(phase, spacing)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (50, 16, 22))]:
         ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
         with monkeypatch.context() as m:

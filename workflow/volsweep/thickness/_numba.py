@@ -25,6 +25,15 @@ BRUTE_SPAN = 16
 
 
 @njit(**_OPTS)
+def _uphill_bit(a, b, di, dj, dk):
+    # Neighbour (di, dj, dk) of squared distance b comes before its centre (a) in the strict
+    # order (D2 descending, flat index ascending): its bit for paint_bits_int, else 0.
+    if b > a or (b == a and (di < 0 or (di == 0 and (dj < 0 or (dj == 0 and dk < 0))))):
+        return np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
+    return np.uint32(0)
+
+
+@njit(**_OPTS)
 def edt_axis0(phase, sx, out, j0, j1):
     # Two scans along axis 0 per (j, k) line, for j in [j0, j1): distance to the nearest
     # background voxel in index units, then the canonical first term (t*sx)*(t*sx).
@@ -238,12 +247,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 b = d2[ii, jj, kk]
                                 if b == np.inf:
                                     continue
-                                # q comes before p in the strict order (D2 descending, flat
-                                # index ascending): an "uphill" neighbour for paint_bits_int
-                                if b > a or (b == a and (di < 0 or (di == 0 and (
-                                        dj < 0 or (dj == 0 and dk < 0))))):
-                                    up |= np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3
-                                                                    + (dk + 1))
+                                up |= _uphill_bit(a, b, di, dj, dk)
                                 if lev >= 0:
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     if b > need[et, lev]:
@@ -292,10 +296,7 @@ def uphill_bits(d2, cand):
                     kk = k + dk
                     if kk < 0 or kk >= n2 or (di == 0 and dj == 0 and dk == 0):
                         continue
-                    b = d2[ii, jj, kk]
-                    if b > a or (b == a and (di < 0 or (di == 0 and (
-                            dj < 0 or (dj == 0 and dk < 0))))):
-                        up |= np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
+                    up |= _uphill_bit(a, d2[ii, jj, kk], di, dj, dk)
         out[m] = up
     return out
 
