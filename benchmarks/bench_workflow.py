@@ -227,6 +227,10 @@ def main(argv=None):
           f"(snakemake --cores {args.cores}, device {args.device})")
     for rule, (n, secs) in sorted(per_rule.items(), key=lambda kv: -kv[1][1]):
         print(f"  {rule:<20} {n:4d} job(s) {secs:8.2f} s")
+    jobs = sorted((a, b, rule) for rule, sp in spans.items() for a, b in sp)
+    if len(jobs) <= 24:  # when each job's first and last log line fell in the run
+        print("  timeline (s from the start): " + ", ".join(
+            f"{rule} {a - start:.1f}-{b - start:.1f}" for a, b, rule in jobs))
     if lib:
         print("library, one process: " + ", ".join(f"{k} {v:.2f} s" for k, v in lib.items()))
         print(f"workflow / library = {wall / lib['total']:.2f}; "

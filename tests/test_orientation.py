@@ -318,3 +318,35 @@ def test_bad_orientation_inputs(kwargs, exc, word):
     with pytest.raises(exc, match=word):
         sweep(np.zeros((5, 6, 7)), [0.0], [0.0], [2.0], device="cpu", progress=False,
               orientation_map=True, **kwargs)
+
+
+@pytest.mark.parametrize("boundary", ["mean", "mode"])
+def test_on_map_gets_the_final_map_before_the_statistics_pass(monkeypatch, boundary):
+    from volsweep.engine import _cpu
+
+    events, seen = [], {}
+    run_block = _cpu.CpuEngine.run_block
+
+    def logged(self, volume, block, job, progress):
+        events.append(job.omap)
+        return run_block(self, volume, block, job, progress)
+
+    def on_map(arrays):
+        events.append("on_map")
+        seen.update({n: a.copy() for n, a in arrays.items()})
+
+    monkeypatch.setattr(_cpu.CpuEngine, "run_block", logged)
+    shape, th, ph, xi = (17, 14, 11), GRID[:3], GRID[:2], [1.0, 2.5]
+    kw = dict(a=1.3, orientation_map=True, orientation_boundary=boundary)
+    ds = sweep(_vol(shape, 5), th, ph, xi, device="cpu", progress=False, on_map=on_map, **kw)
+    names = ["argmax_phi", "argmax_theta", "argmax_xi", "local_energy_max"]
+    if boundary == "mean":  # the map's pass, then its arrays, then the statistics' blocks
+        n_map = events.index("on_map")
+        assert n_map >= 1 and set(events[:n_map]) == {"local_energy"}
+        assert set(events[n_map + 1:]) == {"response"}
+    else:  # one pass: everything at its end
+        assert events[-1] == "on_map" and events.count("on_map") == 1
+        names = ["response_max"] + names
+    assert sorted(seen) == sorted(names)
+    for name in names:
+        np.testing.assert_array_equal(seen[name], ds[name].values, err_msg=name)

@@ -34,3 +34,32 @@ def test_merge_equals_the_argmax_over_all_kernels(tmp_path):
     for name, expected in zip(ORIENTATION_VARS[1:], (it, ip, ix)):
         np.testing.assert_array_equal(group[name][...], expected, err_msg=name)
     assert group.attrs["theta"] == [0.0, 0.5, 1.0, 1.5, 2.0]
+
+
+def test_writing_in_the_background_publishes_only_a_complete_store(tmp_path):
+    from volsweep.io.orientation import writing
+
+    shape = (5, 7, 3)
+    rng = np.random.default_rng(2)
+    first = rng.integers(0, 4, shape).astype(np.uint16)
+    later = rng.integers(0, 4, shape).astype(np.uint16)
+    resp = rng.random(shape, dtype=np.float32)
+    out = tmp_path / "orientation.zarr"
+    with writing(out, shape, theta_offset=3, chunks=(2, 4, 2), shards=(4, 4, 2),
+                 spacing=(1, 2, 3), attrs={"k": 1}) as put:
+        put({"argmax_theta": first})
+        assert not out.exists()  # published only at the end
+        put({"argmax_theta": later, "response_max": resp})  # a later put wins
+    group = zarr.open_group(str(out))
+    np.testing.assert_array_equal(group["argmax_theta"][...], later + 3)
+    np.testing.assert_array_equal(group["0"][...], resp)
+    assert group["argmax_theta"].chunks == (2, 4, 2) and group.attrs["k"] == 1
+
+    try:  # an error while the sweep runs: the old store stays, no temporary is left
+        with writing(out, shape, chunks=(2, 4, 2), shards=(4, 4, 2), spacing=(1, 1, 1)) as put:
+            put({"argmax_theta": first})
+            raise RuntimeError("the sweep failed")
+    except RuntimeError:
+        pass
+    np.testing.assert_array_equal(zarr.open_group(str(out))["argmax_theta"][...], later + 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orientation.zarr"]

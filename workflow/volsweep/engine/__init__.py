@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -404,7 +405,8 @@ def _engine(dev):
 def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
           truncate=_wv.DEFAULT_TRUNCATE, stats=STATS, device="auto", memory_limit=None,
           progress=True, orientation_map=False, integration_scale=None,
-          orientation_rule="local_energy", orientation_a=None, orientation_boundary="mean", unit=None):
+          orientation_rule="local_energy", orientation_a=None, orientation_boundary="mean", unit=None,
+          on_map=None):
     """Statistics of the volume's responses to an (a, θ, φ, ξ) grid of stretched Mexican hats.
 
     Parameters
@@ -471,6 +473,12 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     unit : str, optional
         Physical unit of ``spacing`` (e.g. ``'micrometer'``): the ``units`` of ``a``,
         ``spacing`` and ``integration_scale`` in the attrs.
+    on_map : callable, optional
+        With ``orientation_map``, called once with a dict of the per-voxel arrays that
+        are final (host NumPy, named as in the result) as soon as they are: with the
+        map's own pass (``orientation_boundary='mean'``), its ``local_energy_max`` and
+        ``argmax_*`` while the statistics pass still runs, so that a caller can store
+        them meanwhile; else all of them at the end.  The arrays must not be modified.
 
     Returns
     -------
@@ -565,30 +573,43 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
             maps["local_energy_max"] = np.empty(shape, np.float32)
         idx_maps = [np.empty(shape, np.uint16) for _ in axes]
     shifted = None
-    for ps, job in zip(passes, jobs):
-        source = volume
-        if ps.role == "map":  # the mean extension: zeros around V − mean(V)
-            xp = _be.get_array_module(volume)
-            shifted = float(xp.mean(volume, dtype=xp.float64))
-            if _be.is_cupy_array(volume):  # already on the device: one float32 copy there
-                source = volume.astype(xp.float32) - xp.float32(shifted)
+    votes = None
+    # The map's votes (and the caller's on_map) while the statistics pass runs.
+    with ThreadPoolExecutor(1) as background:
+        # The map's pass first, so that its host work overlaps the rest.
+        for ps, job in sorted(zip(passes, jobs), key=lambda pj: pj[0].role != "map"):
+            source = volume
+            if ps.role == "map":  # the mean extension: zeros around V − mean(V)
+                xp = _be.get_array_module(volume)
+                shifted = float(xp.mean(volume, dtype=xp.float64))
+                if _be.is_cupy_array(volume):  # already on the device: one float32 copy there
+                    source = volume.astype(xp.float32) - xp.float32(shifted)
+                else:
+                    source = _Shifted(volume, shifted)
+                rep = _full_rep(ps.ks, ps.sub, theta, phi, a_index, xi_index, grid, a_dim)
             else:
-                source = _Shifted(volume, shifted)
-            rep = _full_rep(ps.ks, ps.sub, theta, phi, a_index, xi_index, grid, a_dim)
-        else:
-            rep = ps.ks.rep
-        for blk in ps.blocks:
-            part, pmap = engine.run_block(source, blk, job, prog)
-            if ps.role != "map":
-                parts.append(part)
-            if pmap is not None:
-                names = {"stats": ["response_max"], "map": ["local_energy_max"]}.get(ps.role, list(maps))
-                for name in names:
-                    maps[name][blk.core] = _be.to_numpy(pmap[name])
-                if ps.role != "stats":
-                    unravel_argmax(pmap["arg"], rep, grid, [m[blk.core] for m in idx_maps])
-                del pmap
-    prog.close()
+                rep = ps.ks.rep
+            for blk in ps.blocks:
+                part, pmap = engine.run_block(source, blk, job, prog)
+                if ps.role != "map":
+                    parts.append(part)
+                if pmap is not None:
+                    names = {"stats": ["response_max"], "map": ["local_energy_max"]}.get(ps.role, list(maps))
+                    for name in names:
+                        maps[name][blk.core] = _be.to_numpy(pmap[name])
+                    if ps.role != "stats":
+                        unravel_argmax(pmap["arg"], rep, grid, [m[blk.core] for m in idx_maps])
+                    del pmap
+            if orientation_map and ps.role in ("map", "all"):
+                final = {n: a for n, a in maps.items() if ps.role == "all" or n != "response_max"}
+                final.update({f"argmax_{ax}": arr for ax, arr in zip(axes, idx_maps)})
+                if local:
+                    from .orientation import votes_from_map
+
+                    votes = background.submit(votes_from_map, maps["local_energy_max"], idx_maps, grid)
+                if on_map is not None:
+                    on_map(final)
+        prog.close()
     total = merge(parts)
     values = finalize(total, stats)
 
@@ -605,9 +626,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         for ax, arr in zip(axes, idx_maps):
             data_vars[f"argmax_{ax}"] = (("x", "y", "z"), arr)
         if local:
-            from .orientation import votes_from_map
-
-            data_vars["orientation_votes"] = (dims, votes_from_map(maps["local_energy_max"], idx_maps, grid))
+            data_vars["orientation_votes"] = (dims, votes.result())
     coords = {"theta": theta, "phi": phi, "xi": xi_arr}
     if a_dim:
         coords["a"] = a_vals

@@ -9,6 +9,8 @@ ties go to the lowest flat (θ, φ, ξ) index, as within one block.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -35,13 +37,13 @@ def open_group(path, mode="r"):
     return zarr.open_group(str(path), mode=mode)
 
 
-def _per_voxel(arrays) -> list[str]:
-    """The per-voxel variables of a sweep result besides ``response_max``, in a fixed order."""
+def per_voxel(arrays) -> list[str]:
+    """The per-voxel variables of a sweep result: ``response_max``, then the rest sorted."""
     if hasattr(arrays, "data_vars"):
         names = [n for n in arrays.data_vars if arrays[n].dims == ("x", "y", "z")]
     else:
         names = [n for n in arrays if np.ndim(arrays[n]) == 3]
-    return sorted(n for n in names if n != "response_max")
+    return ["response_max"] + sorted(n for n in names if n != "response_max")
 
 
 def create(path, shape, *, chunks, shards, spacing, arrays=INDEX_ARRAYS, dtypes=None, attrs=None):
@@ -50,31 +52,67 @@ def create(path, shape, *, chunks, shards, spacing, arrays=INDEX_ARRAYS, dtypes=
                        name="maximum wavelet response")
     group = open_group(path, mode="r+")
     for name in arrays:
-        dtype = np.dtype((dtypes or {}).get(name, np.uint16))
-        fill = NO_INDEX if dtype == np.uint16 else float("nan")
-        group.create_array(name, shape=tuple(shape), chunks=out.chunks, shards=out.shards,
-                           dtype=dtype, fill_value=fill, compressors=compressors(dtype), config=WRITE_CONFIG,
-                           dimension_names=("x", "y", "z"))
+        _create_array(group, out, name, (dtypes or {}).get(name, np.uint16))
     return group
 
 
-def write(path, arrays, *, theta_offset=0, chunks, shards, spacing, attrs=None):
-    """Write a sweep's per-voxel results as an orientation store.
+def _create_array(group, like, name, dtype):
+    """A per-voxel array beside ``like`` (the image ``0``), its fill never a valid value."""
+    dtype = np.dtype(dtype)
+    fill = NO_INDEX if dtype == np.uint16 else float("nan")
+    return group.create_array(name, shape=like.shape, chunks=like.chunks, shards=like.shards,
+                              dtype=dtype, fill_value=fill, compressors=compressors(dtype),
+                              config=WRITE_CONFIG, dimension_names=("x", "y", "z"),
+                              overwrite=True)
 
-    ``response_max`` becomes the image ``0``; every other per-voxel array
-    (``argmax_*`` as uint16, ``local_energy_max`` as float32) its own array.
-    ``theta_offset`` turns a block's θ indices into indices of the whole grid.
+
+def _put(group, arrays, theta_offset):
+    for name, arr in arrays.items():
+        if name == "response_max":
+            group["0"][...] = np.asarray(arr, dtype=np.float32)
+            continue
+        dtype = np.uint16 if name.startswith("argmax_") else np.float32
+        out = _create_array(group, group["0"], name, dtype)
+        value = np.asarray(arr, dtype=dtype)
+        out[...] = value + np.uint16(theta_offset) if name == "argmax_theta" else value
+
+
+@contextmanager
+def writing(path, shape, *, theta_offset=0, chunks, shards, spacing, attrs=None):
+    """Yield ``put(arrays)``, which stores per-voxel arrays in a background thread.
+
+    ``arrays`` maps names to arrays as in a sweep's result: ``response_max``
+    becomes the image ``0``, ``argmax_*`` uint16 arrays (θ indices shifted by
+    ``theta_offset`` into the whole grid's) and ``local_energy_max`` float32.
+    The store appears at ``path`` once the block ends and every write is done;
+    an error inside the block, or in a write, leaves nothing there.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = tempfile.mkdtemp() + "/orientation.zarr"
+    >>> with writing(path, (4, 3, 2), chunks=(2, 2, 2), shards=(4, 4, 2), spacing=(1, 1, 1)) as put:
+    ...     put({"argmax_theta": np.zeros((4, 3, 2), np.uint16)})
+    ...     put({"response_max": np.ones((4, 3, 2))})
+    >>> sorted(name for name, _ in open_group(path).arrays())
+    ['0', 'argmax_theta']
     """
-    resp = np.asarray(arrays["response_max"], dtype=np.float32)
-    names = _per_voxel(arrays)
-    dtypes = {n: np.uint16 if n.startswith("argmax_") else np.float32 for n in names}
     with atomic_dir(Path(path)) as tmp:
-        group = create(tmp, resp.shape, chunks=chunks, shards=shards, spacing=spacing,
-                       arrays=names, dtypes=dtypes, attrs=attrs)
-        group["0"][...] = resp
-        for name in names:
-            value = np.asarray(arrays[name], dtype=dtypes[name])
-            group[name][...] = value + np.uint16(theta_offset) if name == "argmax_theta" else value
+        create(tmp, shape, chunks=chunks, shards=shards, spacing=spacing, arrays=(), attrs=attrs)
+        group = open_group(tmp, mode="r+")
+        with ThreadPoolExecutor(1) as pool:
+            writes = []
+            yield lambda arrays: writes.append(pool.submit(_put, group, dict(arrays), theta_offset))
+            for done in writes:
+                done.result()
+
+
+def write(path, arrays, *, theta_offset=0, chunks, shards, spacing, attrs=None):
+    """Write a sweep's per-voxel results as an orientation store (:func:`writing`, at once)."""
+    shape = np.shape(arrays["response_max"])
+    with writing(path, shape, theta_offset=theta_offset, chunks=chunks, shards=shards,
+                 spacing=spacing, attrs=attrs) as put:
+        put({n: arrays[n] for n in per_voxel(arrays)})
 
 
 def _arrays(group) -> list[str]:

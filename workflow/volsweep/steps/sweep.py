@@ -7,6 +7,7 @@ A volume's whole grid is one job that writes ``sweep.nc`` and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -73,16 +74,20 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
                                      orientation_map=omap, mode=sweep["mode"],
                                      orientation_a=orientation_a, **kwargs)
-    start = time.perf_counter()
     limit = None if device_memory_mb is None else device_memory_mb * MB
-    ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
-    log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
-             est["seconds"])
-    if omap:
-        attrs = None if block is not None else _orientation_attrs(theta, phi, xi, provenance)
-        orientation_store.write(store_root(orientation_zarr), ds, theta_offset=theta_offset,
-                                chunks=store.chunks, shards=store.shards, spacing=spacing,
-                                attrs=attrs)
+    with contextlib.ExitStack() as stack:
+        if omap:  # the map's arrays are stored while the statistics pass runs
+            attrs = None if block is not None else _orientation_attrs(theta, phi, xi, provenance)
+            put = stack.enter_context(orientation_store.writing(
+                store_root(orientation_zarr), volume.shape, theta_offset=theta_offset,
+                chunks=store.chunks, shards=store.shards, spacing=spacing, attrs=attrs))
+            run = functools.partial(run, on_map=functools.partial(_put_once, put, stored := set()))
+        start = time.perf_counter()
+        ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
+        log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
+                 est["seconds"])
+        if omap:
+            put({n: ds[n].values for n in orientation_store.per_voxel(ds) if n not in stored})
     ds = ds.drop_vars([v for v in ds.data_vars if "x" in ds[v].dims])  # per-voxel: the store's
     if block is None:
         _write_sweep(ds, out_nc, store, provenance)
@@ -91,6 +96,13 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
         ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
         ds.attrs["block"] = int(block)
         datasets.write_netcdf(ds, out_nc)
+
+
+def _put_once(put, stored, arrays):
+    """``put`` the arrays, remembering their names (a retry after running out of memory
+    stores its own, later, over them)."""
+    put(arrays)
+    stored.update(arrays)
 
 
 def _write_sweep(ds, out_nc, store, provenance):

@@ -38,17 +38,20 @@ def thickness(volume_zarr, out_zarr, out_nc, *, thickness: dict, device, provena
     """Rule thickness: the whole volume's local thickness in one call, store and distribution."""
     from volsweep.thickness import distribution_from_counts, local_thickness, value_counts
 
+    from volsweep.backend import to_device, to_numpy
+
     device = job_device(device)
     store, spacing = open_volume_store(volume_zarr)
-    binary = _phase(store[...], store, thickness, name=f"volumes.{name}")
+    binary = to_device(_phase(store[...], store, thickness, name=f"volumes.{name}"), device)
     start = time.perf_counter()
-    lt = np.asarray(local_thickness(binary, spacing=spacing, device=device), dtype=np.float32)
-    log.info("thickness: %s voxels, %d in the phase, in %.2f s", lt.shape, int(binary.sum()),
+    lt = local_thickness(binary, spacing=spacing, device=device)
+    values, counts = value_counts(lt)  # where it was computed: a sort of the phase's voxels
+    lt = to_numpy(lt)
+    log.info("thickness: %s voxels, %d in the phase, in %.2f s", lt.shape, int(counts.sum()),
              time.perf_counter() - start)
     with atomic_dir(store_root(out_zarr)) as tmp:
         out = _create_thickness_store(tmp, store, spacing, shards=store.shards)
         out[...] = lt
-    values, counts = value_counts(lt)
     ds = distribution_from_counts(values, counts, lt.size, bins=thickness["bins"], spacing=spacing)
     ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"],
                     r_max=float(lt.max()) / 2, device=device_label(device))
