@@ -138,3 +138,38 @@ def test_read_block_cupy_matches_numpy():
             got = read_block(cp.asarray(x), start, stop, mode=mode, cval=2.0, xp=cp)
             assert isinstance(got, cp.ndarray)
             np.testing.assert_array_equal(got.get(), read_block(x, start, stop, mode=mode, cval=2.0))
+
+
+@pytest.mark.parametrize("need", [(968, 968, 368), (300, 251, 97), (1201, 130, 50), (97, 1500, 1000)])
+def test_gpu_fft_lengths_are_the_fastest_modelled_within_the_growth(need):
+    from volsweep import _cufft_lengths as cl
+    from volsweep.tiling import GPU_FFT_GROWTH, _cufft_ps, fft_lengths
+
+    base = fft_lengths(need)
+    assert base == tuple(next_fast_len(n) for n in need)
+    got = fft_lengths(need, device="cuda")
+    assert fft_lengths(need, device="cuda") == got  # a fixed function of the lengths
+    for n, b, g in zip(need, base, got):
+        assert n <= g <= b * GPU_FFT_GROWTH and next_fast_len(g) == g
+    # every 7-smooth shape in the same bounds, enumerated by stepping next_fast_len
+    axes = []
+    for i, (n, b) in enumerate(zip(need, base)):
+        table, m, out = (cl.Z if i == 2 else cl.XY), n, []
+        while (m := next_fast_len(m)) <= b * GPU_FFT_GROWTH:
+            if m in table:
+                out.append(m)
+            m += 1
+        axes.append(out)
+    best = min(_cufft_ps(s) for s in itertools.product(*axes))
+    assert _cufft_ps(got) == best <= _cufft_ps(base)
+
+
+def test_gpu_fft_lengths_keep_axes_and_leave_the_tables_to_the_cpu_rule():
+    from volsweep.engine import make_blocks
+    from volsweep.tiling import fft_lengths
+
+    assert fft_lengths((968, 968, 368), device="cuda", keep=[2])[2] == 368
+    assert fft_lengths((3000, 968, 368), device="cuda") == fft_lengths((3000, 968, 368))  # off the table
+    assert fft_lengths((50, 40), device="cuda") == (50, 40)  # 2D: the CPU rule
+    blocks = make_blocks((800, 800, 200), (84, 84, 84), "reflect", device="cuda")
+    assert blocks[0].fft_shape == fft_lengths((968, 968, 368), device="cuda") != (972, 972, 375)

@@ -69,10 +69,56 @@ def next_fast_len(n: int, primes=FFT_PRIMES) -> int:
     return best
 
 
-def fast_shape(shape, halo=0) -> tuple[int, ...]:
-    """Fast FFT shape of at least ``shape`` grown by the halo on both sides."""
+#: On a GPU an axis may grow this much past its shortest 7-smooth length for a faster FFT.
+GPU_FFT_GROWTH = 1.25
+#: Per voxel, what the GPU sweep spends besides the inverse FFT (the spectrum's product with
+#: a kernel, picoseconds, ``benchmarks/bench_kernel_breakdown.py``): part of a shape's cost.
+GPU_SPECTRUM_PS = 3.4
+
+
+def _cufft_ps(shape) -> float | None:
+    """Modelled picoseconds of a 3D cuFFT C2R transform of ``shape`` (None: off the tables)."""
+    from volsweep import _cufft_lengths as cl
+
+    nx, ny, nz = shape
+    if nx not in cl.XY or ny not in cl.XY or nz not in cl.Z:
+        return None
+    return math.prod(shape) * (GPU_SPECTRUM_PS + (cl.XY[nx] + cl.XY[ny]) / 2 + cl.Z[nz] - cl.XY[640])
+
+
+def fft_lengths(lengths, *, device="cpu", keep=()) -> tuple[int, ...]:
+    """Fast FFT shape of at least ``lengths``; the axes in ``keep`` stay as they are.
+
+    On the CPU every axis takes its shortest 7-smooth length.  On a GPU ("cuda"), a 3D
+    shape takes, among the 7-smooth lengths up to ``GPU_FFT_GROWTH`` times those, the
+    combination cuFFT transforms fastest by the measured tables of
+    :mod:`volsweep._cufft_lengths` (its lengths differ by up to 2.5x in time per voxel);
+    off the tables, the CPU's.  The choice is a fixed function of the lengths, so a
+    rerun takes the same shape.
+
+    Examples
+    --------
+    >>> fft_lengths((968, 968, 368))
+    (972, 972, 375)
+    >>> fft_lengths((968, 968, 368), device="cuda")
+    (1000, 1000, 378)
+    """
+    base = tuple(n if i in keep else next_fast_len(n) for i, n in enumerate(lengths))
+    if device != "cuda" or len(base) != 3 or _cufft_ps(base) is None:
+        return base
+    from volsweep import _cufft_lengths as cl
+
+    options = []
+    for i, (n, b) in enumerate(zip(lengths, base)):
+        table = cl.Z if i == 2 else cl.XY
+        options.append([b] if i in keep else [m for m in table if n <= m <= b * GPU_FFT_GROWTH])
+    return min(itertools.product(*options), key=lambda s: (_cufft_ps(s), s))
+
+
+def fast_shape(shape, halo=0, *, device="cpu") -> tuple[int, ...]:
+    """Fast FFT shape (:func:`fft_lengths`) of at least ``shape`` grown by the halo on both sides."""
     pairs = normalize_halo(halo, len(shape))
-    return tuple(next_fast_len(n + b + a) for n, (b, a) in zip(shape, pairs))
+    return fft_lengths([n + b + a for n, (b, a) in zip(shape, pairs)], device=device)
 
 
 @dataclass(frozen=True)
@@ -216,11 +262,13 @@ def read_block(source, start, stop, mode: str = "reflect", cval: float = 0.0, *,
     return block
 
 
-def tile_shape_for_budget(shape, halo, bytes_per_voxel: float, budget: float) -> tuple[int, ...]:
+def tile_shape_for_budget(shape, halo, bytes_per_voxel: float, budget: float, *,
+                          device="cpu") -> tuple[int, ...]:
     """Largest tile core whose fast padded block fits in ``budget`` bytes.
 
     Halves the longest core axis until ``prod(fast_shape(core, halo)) *
-    bytes_per_voxel <= budget``; the whole volume is returned when it fits.
+    bytes_per_voxel <= budget`` (the FFT shapes of ``device``); the whole volume is
+    returned when it fits.
 
     Raises
     ------
@@ -231,7 +279,7 @@ def tile_shape_for_budget(shape, halo, bytes_per_voxel: float, budget: float) ->
     pairs = normalize_halo(halo, len(core))
 
     def cost(c):
-        return math.prod(fast_shape(c, pairs)) * bytes_per_voxel
+        return math.prod(fast_shape(c, pairs, device=device)) * bytes_per_voxel
 
     while cost(core) > budget:
         axis = int(np.argmax(core))

@@ -22,6 +22,7 @@ Parseval with no inverse FFT at all.  Definitions: ``docs/definitions.md``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -225,14 +226,15 @@ def _full_rep(ks_map, xi_dir, theta, phi, a_index, xi_index, grid, a_dim) -> np.
 
 
 def _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncate, mode, stats,
-                 orientation_map, orientation_rule, sigmas, orientation_boundary, memory_limit):
+                 orientation_map, orientation_rule, sigmas, orientation_boundary, memory_limit, device):
     """The engine passes of a call (:class:`_Pass`): one, or with the local-energy map of a
     non-periodic volume on the mean extension (``orientation_boundary='mean'``), two."""
     local = bool(orientation_map) and orientation_rule == "local_energy"
     split = local and mode != "wrap" and orientation_boundary == "mean"
 
     def tile_for(halo, bpv):
-        return None if memory_limit is None else tile_shape_for_budget(shape, halo, bpv, memory_limit)
+        return None if memory_limit is None else tile_shape_for_budget(shape, halo, bpv, memory_limit,
+                                                                       device=device)
 
     passes = []
     ks = unique_kernels(theta, phi, xi_arr, a_vals)
@@ -245,7 +247,7 @@ def _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncat
     tile = tile_for(halo, bpv)
     untiled = tile is None or tuple(tile) == tuple(shape)
     parseval = mode == "wrap" and set(stats) <= PARSEVAL_STATS and untiled and not orientation_map
-    blocks = make_blocks(shape, halo, mode, None if untiled else tile, force_period=parseval)
+    blocks = make_blocks(shape, halo, mode, None if untiled else tile, force_period=parseval, device=device)
     passes.append(_Pass("stats" if split else "all", ks, halo, bpv, mode, blocks, untiled))
     passes[0].parseval = parseval
     if split:
@@ -259,7 +261,7 @@ def _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncat
         if not untiled:
             halo = _map_halo(map_scales, xi_dir, theta, phi, spacing, truncate, sigma, tiled=True)
             tile = tile_for(halo, bpv)
-        blocks = make_blocks(shape, halo, "constant", None if untiled else tile)
+        blocks = make_blocks(shape, halo, "constant", None if untiled else tile, device=device)
         p = _Pass("map", ks_map, halo, bpv, "constant", blocks, untiled, sub=xi_dir)
         p.parseval = False
         passes.append(p)
@@ -269,13 +271,15 @@ def _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncat
 def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
                  truncate=_wv.DEFAULT_TRUNCATE, orientation_map=False, integration_scale=None,
                  orientation_rule="local_energy", mode=None, orientation_a=None,
-                 orientation_boundary="mean") -> tuple[int, int]:
+                 orientation_boundary="mean", device=None) -> tuple[int, int]:
     """Bytes :func:`sweep` plans for the untiled volume and for its smallest (1-voxel) tile.
 
     The same model :func:`sweep` tiles by under ``memory_limit``: the largest of its passes
     (the map's own pass on the mean extension, untiled, has a smaller halo than tiled: its
     least need is the smaller of the two).  ``mode=None``: the largest over the modes
-    (``wrap``'s one pass and the two passes of ``reflect``/``constant``).
+    (``wrap``'s one pass and the two passes of ``reflect``/``constant``).  ``device``
+    ("cpu" or "cuda", whose FFT shapes differ: :func:`volsweep.tiling.fft_lengths`);
+    ``None``: the larger of the two.
 
     Examples
     --------
@@ -289,22 +293,24 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
     sig = _integration_scales(integration_scale, a_vals)
     map_scales = _map_scales(orientation_a, a_vals, a)
     passes = []
-    for m in (("wrap", "reflect") if mode is None else (mode,)):
-        passes += _plan_passes(tuple(int(n) for n in shape), theta, phi, xi, a_vals, map_scales, sp, truncate,
-                               m, ("energy",), orientation_map, orientation_rule, sig, orientation_boundary, None)
+    for m, dev in itertools.product(("wrap", "reflect") if mode is None else (mode,),
+                                    ("cpu", "cuda") if device is None else (device,)):
+        passes += [(p, dev) for p in _plan_passes(
+            tuple(int(n) for n in shape), theta, phi, xi, a_vals, map_scales, sp, truncate, m,
+            ("energy",), orientation_map, orientation_rule, sig, orientation_boundary, None, dev)]
     untiled = smallest = 0
-    for p in passes:
+    for p, dev in passes:
         halo = p.halo
         if p.role == "map":
             full = _map_halo(map_scales, p.sub, theta, phi, sp, truncate,
                              float(np.max(sig[np.isin(a_vals, map_scales)])), tiled=True)
         else:
             full = halo
-        whole = math.prod(fast_shape(shape, halo)) * p.bpv
+        whole = math.prod(fast_shape(shape, halo, device=dev)) * p.bpv
         untiled = max(untiled, whole)
         # the least budget this pass runs under: its 1-voxel tile, or whole when that is less
         # (the map's untiled pass has the smaller halo)
-        smallest = max(smallest, min(whole, math.prod(fast_shape((1,) * len(shape), full)) * p.bpv))
+        smallest = max(smallest, min(whole, math.prod(fast_shape((1,) * len(shape), full, device=dev)) * p.bpv))
     return untiled, smallest
 
 
@@ -366,7 +372,7 @@ def sweep_cost(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect
     map_scales = _map_scales(orientation_a, a_vals, a)
     shape = tuple(int(n) for n in shape)
     passes = _plan_passes(shape, theta, phi, xi, a_vals, map_scales, sp, truncate, mode, stats,
-                          orientation_map, orientation_rule, sig, orientation_boundary, memory_limit)
+                          orientation_map, orientation_rule, sig, orientation_boundary, memory_limit, dev)
     k = COST_CONSTANTS[dev]
     secs = 0.0
     for ps in passes:
@@ -536,7 +542,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     if memory_limit is None:
         memory_limit = engine.default_budget()
     passes = _plan_passes(shape, theta, phi, xi_arr, a_vals, map_scales, spacing, truncate, mode, stats,
-                          orientation_map, orientation_rule, sigmas, orientation_boundary, memory_limit)
+                          orientation_map, orientation_rule, sigmas, orientation_boundary, memory_limit, dev)
     a_index = {float(v): i for i, v in enumerate(a_vals)}
     w_energy = np.stack([_wv.wavelet_energy(float(v), xi_arr, spacing) for v in a_vals])  # (n_a, n_xi)
     xi_index = {float(v): i for i, v in enumerate(xi_arr)}

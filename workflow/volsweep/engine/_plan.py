@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import wavelet as _wv
-from volsweep.tiling import next_fast_len, plan_tiles
+from volsweep.tiling import fft_lengths, next_fast_len, plan_tiles
 
 # ----------------------------------------------------------------------------- kernel table
 #: Columns of the kernel table (:func:`kernel_table`), in order.
@@ -177,26 +177,28 @@ def _is_fast(n: int) -> bool:
     return next_fast_len(n) == n
 
 
-def make_blocks(shape, halo, mode, tile_shape=None, force_period=False) -> list[Block]:
+def make_blocks(shape, halo, mode, tile_shape=None, force_period=False, *, device="cpu") -> list[Block]:
     """FFT blocks covering ``shape``: one (untiled) or a tile plan with halos.
 
     A ``wrap`` axis covered by one tile is transformed at its own period (no halo)
-    when its length is fast, when ``2·halo ≥ length`` or when ``force_period``.
+    when its length is fast, when ``2·halo ≥ length`` or when ``force_period``.  The
+    other axes take ``device``'s fast FFT lengths (:func:`volsweep.tiling.fft_lengths`).
     """
     tile_shape = tuple(shape) if tile_shape is None else tuple(tile_shape)
     blocks = []
     for t in plan_tiles(shape, tile_shape, 0):
-        start, fshape, off, per = [], [], [], []
+        start, need, off, per = [], [], [], []
         for sl, n, h in zip(t.core, shape, halo):
             whole = sl.start == 0 and sl.stop == n
             period = mode == "wrap" and whole and (force_period or _is_fast(n) or 2 * h >= n)
             per.append(bool(period))
             if period:
-                start.append(0), fshape.append(n), off.append(0)
+                start.append(0), need.append(n), off.append(0)
             else:
-                start.append(sl.start - h), fshape.append(next_fast_len(sl.stop - sl.start + 2 * h))
+                start.append(sl.start - h), need.append(sl.stop - sl.start + 2 * h)
                 off.append(h)
-        blocks.append(Block(tuple(start), tuple(fshape), t.core, tuple(off), tuple(per)))
+        fshape = fft_lengths(need, device=device, keep=[i for i, p in enumerate(per) if p])
+        blocks.append(Block(tuple(start), fshape, t.core, tuple(off), tuple(per)))
     return blocks
 
 

@@ -62,8 +62,9 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     kwargs = {"truncate": truncate} if truncate is not None else {}
     kwargs.update(integration_scale=sweep.get("integration_scale"),
                   orientation_boundary=sweep.get("orientation_boundary", "mean"))
+    dev = "cuda" if uses_gpu(device) else "cpu"
     est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
-                     device="cuda" if uses_gpu(device) else "cpu", stats=tuple(sweep["stats"]),
+                     device=dev, stats=tuple(sweep["stats"]),
                      orientation_map=omap, orientation_a=orientation_a, **kwargs)
     log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
              est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
@@ -72,7 +73,7 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                             device=device, progress=True, orientation_map=omap,
                             orientation_a=orientation_a, unit=store.attrs.get("unit"), **kwargs)
     untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
-                                     orientation_map=omap, mode=sweep["mode"],
+                                     orientation_map=omap, mode=sweep["mode"], device=dev,
                                      orientation_a=orientation_a, **kwargs)
     limit = None if device_memory_mb is None else device_memory_mb * MB
     with contextlib.ExitStack() as stack:
