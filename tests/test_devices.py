@@ -223,6 +223,7 @@ def test_thickness_job_resolves_auto_to_the_gpu(tmp_path, monkeypatch):
         return cpu(binary, spacing=spacing, device="cpu")
 
     monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(backend, "to_device", lambda x, device: x)  # the phase stays on the host
     monkeypatch.setattr(lt_mod, "local_thickness", fake)
     monkeypatch.setattr(step, "device_label", lambda device: f"label:{device}")
     step.thickness(tmp_path / "v.zarr", tmp_path / "t.zarr", tmp_path / "t.nc",
@@ -233,3 +234,33 @@ def test_thickness_job_resolves_auto_to_the_gpu(tmp_path, monkeypatch):
 
     with xr.open_dataset(tmp_path / "t.nc") as ds:
         assert ds.attrs["device"] == "label:cuda"
+
+
+def test_a_shared_job_takes_a_device_beside_a_locked_one(env, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from volsweep.steps.runner import run_script
+
+    env[devices.ENV_COUNT] = "1"
+    seen = []
+
+    def step(device):
+        seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    with claim_gpu("auto", env=env) as held:  # a sweep holds the only GPU
+        assert held == "0"
+        t0 = time.monotonic()
+        with claim_gpu("auto", env=env, shared=True) as dev:
+            assert dev == "0" and env["CUDA_VISIBLE_DEVICES"] == "0"
+        assert env["CUDA_VISIBLE_DEVICES"] == "0"  # the holder's, restored
+        assert time.monotonic() - t0 < 0.3  # no wait for the lock
+        # through a workflow script: a rule with gpu=0 shares, one with gpu=1 waits for a lock
+        for key in (devices.ENV_COUNT, devices.ENV_LOCK_DIR):
+            monkeypatch.setenv(key, env[key])
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        job = SimpleNamespace(log=[str(tmp_path / "t.log")], rule="thickness",
+                              wildcards={}, resources=SimpleNamespace(gpu=0))
+        run_script(step, job, device="auto")
+        assert seen == ["0"] and "shared (no lock)" in (tmp_path / "t.log").read_text()
+        with pytest.raises(TimeoutError):
+            acquire_device(["0"], env[devices.ENV_LOCK_DIR], timeout=0.1, poll=0.05)

@@ -2,6 +2,9 @@
 # volume beyond host_memory_mb (or with an explicit thickness.chunk) takes a
 # distance pass for R_max, an empty shard-aligned store, then one job per chunk
 # (core + halo in, core out) that writes only its own shards.
+# The whole-volume job needs a GPU for about a second: it takes gpu=0 and shares the
+# device with a sweep (volsweep.devices.claim_gpu, shared); out of device memory, it
+# finishes on the CPU, to the same exact result. Cluster profiles give it its own GPU.
 
 
 rule thickness:
@@ -20,7 +23,7 @@ rule thickness:
     conda:
         ENV
     resources:
-        gpu=USES_GPU,
+        gpu=0,
         mem_mb=thickness_mem_mb,
     params:
         thickness=THICKNESS,

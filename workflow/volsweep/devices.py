@@ -144,15 +144,17 @@ def acquire_device(devices, directory, *, timeout=None, poll=0.5):
 
 
 @contextlib.contextmanager
-def claim_gpu(device: str = "auto", *, timeout: float | None = None, env=None):
+def claim_gpu(device: str = "auto", *, timeout: float | None = None, env=None, shared=False):
     """Give this process one GPU for the duration of the ``with`` block.
 
     ``device`` is the config's ``device``: ``cpu`` claims nothing. Yields the device
     id the job uses (a string, as in CUDA_VISIBLE_DEVICES), or None when it uses none.
     Under SLURM, the job's ``CUDA_VISIBLE_DEVICES`` is left as SLURM set it. Locally,
     one free device is locked and ``CUDA_VISIBLE_DEVICES`` set to it; both are undone
-    on exit. With no GPU at all it yields None and changes nothing (``device: cuda``
-    then fails in the engine, with its own message).
+    on exit. ``shared``: a short job that Snakemake does not count against
+    ``--resources gpu`` (a whole-volume thickness) takes the first device without a
+    lock, beside whatever runs there. With no GPU at all it yields None and changes
+    nothing (``device: cuda`` then fails in the engine, with its own message).
     """
     if device not in DEVICES:
         raise ValueError(f"device = {device!r}: expected one of {', '.join(DEVICES)}")
@@ -173,6 +175,15 @@ def claim_gpu(device: str = "auto", *, timeout: float | None = None, env=None):
     if "cupy" in sys.modules:
         log.warning("claim_gpu: CuPy was imported before the GPU was chosen; if it has "
                     "already used the GPU, CUDA_VISIBLE_DEVICES will not take effect")
+    if shared:
+        previous = env.get("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = devices[0]
+        log.info("GPU: device %s of %s, shared (no lock)", devices[0], ",".join(devices))
+        try:
+            yield devices[0]
+        finally:
+            _restore(env, previous)
+        return
     chosen, fd = acquire_device(devices, lock_dir(env), timeout=timeout)
     previous = env.get("CUDA_VISIBLE_DEVICES")
     env["CUDA_VISIBLE_DEVICES"] = chosen
@@ -180,11 +191,15 @@ def claim_gpu(device: str = "auto", *, timeout: float | None = None, env=None):
     try:
         yield chosen
     finally:
-        if previous is None:
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = previous
+        _restore(env, previous)
         os.close(fd)
+
+
+def _restore(env, previous):
+    if previous is None:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = previous
 
 
 def gpu_planned(device: str, env=None) -> bool:

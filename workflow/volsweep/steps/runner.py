@@ -38,12 +38,14 @@ def logged_to(log_path):
 def run_script(func, snakemake_obj, **kwargs):
     """Entry point of the workflow scripts: log to ``log[0]``, run one step.
 
-    A step with a ``device`` gets its own GPU first (:func:`volsweep.devices.claim_gpu`).
+    A step with a ``device`` gets its own GPU first (:func:`volsweep.devices.claim_gpu`),
+    or shares one when its rule takes ``gpu=0`` (the whole-volume thickness).
     """
     from volsweep.devices import claim_gpu
 
     start = time.perf_counter()
-    with logged_to(snakemake_obj.log[0]), claim_gpu(kwargs.get("device", "cpu")):
+    shared = getattr(snakemake_obj.resources, "gpu", 1) == 0
+    with logged_to(snakemake_obj.log[0]), claim_gpu(kwargs.get("device", "cpu"), shared=shared):
         log.info("%s: rule %s, wildcards %s", func.__name__, snakemake_obj.rule,
                  dict(snakemake_obj.wildcards.items()))
         if os.environ.get(ENV_PROFILE, "0") not in ("", "0"):
