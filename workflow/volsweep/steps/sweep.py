@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 
 import numpy as np
@@ -54,6 +55,10 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     """
     from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
+    dev = "cuda" if uses_gpu(device) else "cpu"
+    gpu_ready = threading.Thread(target=_start_gpu, daemon=True)
+    if dev == "cuda":  # the CUDA context and the engine's kernels load while the volume is read
+        gpu_ready.start()
     store, spacing = open_volume_store(volume_zarr)
     volume = store[...]
     a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
@@ -62,7 +67,6 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     kwargs = {"truncate": truncate} if truncate is not None else {}
     kwargs.update(integration_scale=sweep.get("integration_scale"),
                   orientation_boundary=sweep.get("orientation_boundary", "mean"))
-    dev = "cuda" if uses_gpu(device) else "cpu"
     est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
                      device=dev, stats=tuple(sweep["stats"]),
                      orientation_map=omap, orientation_a=orientation_a, **kwargs)
@@ -83,20 +87,38 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                 store_root(orientation_zarr), volume.shape, theta_offset=theta_offset,
                 chunks=store.chunks, shards=store.shards, spacing=spacing, attrs=attrs))
             run = functools.partial(run, on_map=functools.partial(_put_once, put, stored := set()))
+        if gpu_ready.is_alive():
+            gpu_ready.join()
         start = time.perf_counter()
         ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
         log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
                  est["seconds"])
         if omap:
             put({n: ds[n].values for n in orientation_store.per_voxel(ds) if n not in stored})
-    ds = ds.drop_vars([v for v in ds.data_vars if "x" in ds[v].dims])  # per-voxel: the store's
-    if block is None:
-        _write_sweep(ds, out_nc, store, provenance)
-    else:
-        # Votes count each voxel's winner: only the merged map knows it (aggregate_sweep).
-        ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
-        ds.attrs["block"] = int(block)
-        datasets.write_netcdf(ds, out_nc)
+        # the statistics are written while the store's last array is
+        ds = ds.drop_vars([v for v in ds.data_vars if "x" in ds[v].dims])  # per-voxel: the store's
+        if block is None:
+            _write_sweep(ds, out_nc, store, provenance)
+        else:
+            # Votes count each voxel's winner: only the merged map knows it (aggregate_sweep).
+            ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
+            ds.attrs["block"] = int(block)
+            datasets.write_netcdf(ds, out_nc)
+
+
+def _start_gpu():
+    """Create the CUDA context and load the engine's compiled kernels (errors are left to
+    the engine, which reports them with its own message)."""
+    try:
+        import cupy
+
+        from volsweep.engine import _gpu
+
+        cupy.zeros(1).sum()
+        _gpu._module(False, names=()).get_function("mul_spec")
+        _gpu._energy_module()
+    except Exception:  # noqa: BLE001 - the sweep itself raises the real error
+        pass
 
 
 def _put_once(put, stored, arrays):
