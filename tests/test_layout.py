@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[1] / "workflow" / "volsweep"
 #: Layers, lowest first: a module imports only from its own layer or lower ones.
 LAYERS = [
     {"volsweep.validation", "volsweep.backend", "volsweep.tiling", "volsweep.progress",
-     "volsweep.provenance", "volsweep.devices"},
+     "volsweep.provenance", "volsweep.devices", "volsweep._cufft_lengths"},
     {"volsweep.engine", "volsweep.thickness", "volsweep.fftconv", "volsweep.synthetic"},
     {"volsweep.io", "volsweep.phase", "volsweep.plots"},
     {"volsweep.jobs", "volsweep.estimate", "volsweep.config"},

@@ -48,6 +48,18 @@ def sweep_blocks(vol):
     )
 
 
+def sweep_threads(wildcards):
+    """Cores of a sweep job: one for a short CPU sweep (jobs.sweep_threads)."""
+    seconds = jobs.sweep_seconds(
+        SHAPES[wildcards.vol],
+        VOLUMES[wildcards.vol]["spacing"],
+        config,
+        gpu=bool(USES_GPU),
+        threads=SWEEP_THREADS,
+    )
+    return jobs.sweep_threads(seconds, gpu=bool(USES_GPU), threads=SWEEP_THREADS)
+
+
 def thickness_chunk(vol):
     return jobs.thickness_plan(SHAPES[vol], config)
 

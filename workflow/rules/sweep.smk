@@ -23,7 +23,7 @@ rule sweep:
     retries: RETRIES
     conda:
         ENV
-    threads: SWEEP_THREADS
+    threads: sweep_threads
     resources:
         gpu=USES_GPU,
         mem_mb=sweep_mem_mb,

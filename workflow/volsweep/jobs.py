@@ -86,6 +86,41 @@ def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+#: A CPU sweep estimated under this many seconds is scheduled on one core (its kernels
+#: still use every core the process may run on), so that its volume's thickness, or
+#: another volume's sweep, runs beside it instead of after it.
+SHORT_SWEEP_SECONDS = 60
+
+
+def sweep_seconds(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_REFERENCE_THREADS):
+    """The engine's estimate (:func:`volsweep.engine.sweep_cost`) of a volume's whole grid,
+    on the device the jobs will use, in seconds at ``threads`` CPU threads."""
+    from volsweep.engine.wavelet import angle_values
+    from volsweep.engine import sweep_cost
+
+    sw = config["sweep"]
+    theta, phi = angle_values(sw["theta"]), angle_values(sw["phi"])
+    a = [1.0, 1.5] if sw["a"] == "auto" else sw["a"]  # auto: known only after the thickness
+    kwargs = {"truncate": sw["truncate"]} if sw.get("truncate") is not None else {}
+    cost = sweep_cost(tuple(shape), theta, phi, sw["xi"], a=a, spacing=spacing, mode=sw["mode"],
+                      device="cuda" if gpu else "cpu", stats=tuple(sw["stats"]),
+                      orientation_map=sw.get("orientation_map", False),
+                      integration_scale=sw.get("integration_scale"),
+                      orientation_boundary=sw.get("orientation_boundary", "mean"), **kwargs)
+    return cost["seconds"] * (1.0 if gpu else CPU_REFERENCE_THREADS / max(1, threads))
+
+
+def sweep_threads(seconds: float, *, gpu: bool, threads: int) -> int:
+    """Cores a sweep job is scheduled on: ``threads``, or 1 for a short CPU sweep.
+
+    Examples
+    --------
+    >>> sweep_threads(5.0, gpu=False, threads=2), sweep_threads(5.0, gpu=True, threads=2)
+    (1, 2)
+    """
+    return 1 if not gpu and seconds < SHORT_SWEEP_SECONDS else threads
+
+
 def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_REFERENCE_THREADS):
     """Theta-index blocks of one volume's sweep jobs, from the engine's cost model.
 
@@ -102,20 +137,11 @@ def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_RE
     1
     """
     from volsweep.engine.wavelet import angle_values
-    from volsweep.engine import sweep_cost
 
     sw = config["sweep"]
-    theta, phi = angle_values(sw["theta"]), angle_values(sw["phi"])
-    a = [1.0, 1.5] if sw["a"] == "auto" else sw["a"]  # auto: known only after the thickness
-    kwargs = {"truncate": sw["truncate"]} if sw.get("truncate") is not None else {}
-    cost = sweep_cost(tuple(shape), theta, phi, sw["xi"], a=a, spacing=spacing, mode=sw["mode"],
-                      device="cuda" if gpu else "cpu", stats=tuple(sw["stats"]),
-                      orientation_map=sw.get("orientation_map", False),
-                      integration_scale=sw.get("integration_scale"),
-                      orientation_boundary=sw.get("orientation_boundary", "mean"), **kwargs)
-    seconds = cost["seconds"] * (1.0 if gpu else CPU_REFERENCE_THREADS / max(1, threads))
-    return theta_blocks(len(theta), seconds, job_minutes=sw["job_minutes"], min_jobs=sw["min_jobs"],
-                        block_size=sw["block_size"])
+    seconds = sweep_seconds(shape, spacing, config, gpu=gpu, threads=threads)
+    return theta_blocks(len(angle_values(sw["theta"])), seconds, job_minutes=sw["job_minutes"],
+                        min_jobs=sw["min_jobs"], block_size=sw["block_size"])
 
 
 def thickness_plan(shape, config: dict):

@@ -92,7 +92,7 @@ def block_shape_for_budget(shape, aligned_to, bytes_per_voxel: float, budget: fl
 
 
 def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None, name="volume",
-           spacing=(1.0, 1.0, 1.0), unit=None, where=None, on_block=None):
+           spacing=(1.0, 1.0, 1.0), unit=None, where=None, on_block=None, late_attrs=None):
     """Copy ``source`` block by block into a float32 Zarr v3 store at ``out_path``.
 
     At most ``memory_budget`` bytes of input (plus its float32 copy) are held
@@ -100,7 +100,9 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
     corrupt chunk), stops the ingest with a :class:`VolumeError` naming the
     volume (``where``, default ``volumes.{name}``) and the block.  The store
     appears only when complete.  ``on_block(i)`` is called after block ``i``
-    is written (the tests inject faults there).
+    is written (the tests inject faults there).  ``late_attrs()``, called once every block
+    is written and before the store appears, returns attrs computed meanwhile (a checksum
+    hashed in another thread), added to the group's and the array's.
     """
     where = where or f"volumes.{name}"
     shape = tuple(int(n) for n in source.shape)
@@ -129,4 +131,10 @@ def ingest(source, out_path, *, chunks, shards, memory_budget: float, attrs=None
                 on_block(i)
             if (i + 1) % max(1, len(tiles) // 10) == 0:
                 log.info("ingest %s: %d/%d blocks", name, i + 1, len(tiles))
+        if late_attrs is not None:
+            import zarr
+
+            extra = late_attrs()
+            zarr.open_group(str(tmp), mode="r+").attrs.update(extra)
+            arr.attrs.update(extra)
     return block

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -47,13 +49,27 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: flo
         "source": entry.get("path", "synthetic"),
         "format": entry.get("format", "synthetic"),
         "source_dtype": str(np.dtype(source.dtype)),
-        "source_sha256": source_sha256(entry, source),
         "value_range": [lo, hi],
         "file_axes": axes,
         "axes_from_file": {c: axes.index(c) for c in "xyz"},
         **({"unit": unit} if unit else {}),
         **({"phase": rule} if rule else {}),
     }
+    sha = _in_background(source_sha256, entry, source)  # hashed while the store is written
     ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=buffer_mb * MB,
            attrs=attrs, name=name, spacing=spacing, unit=unit,
-           where=volume_where(entry, name))
+           where=volume_where(entry, name), late_attrs=lambda: {"source_sha256": sha.result()})
+
+
+def _in_background(func, *args) -> Future:
+    """``func(*args)`` in a daemon thread (a failed ingest does not wait for it)."""
+    done = Future()
+
+    def run():
+        try:
+            done.set_result(func(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
+            done.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return done

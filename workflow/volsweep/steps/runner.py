@@ -6,6 +6,7 @@ import contextlib
 import io
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,20 @@ def logged_to(log_path):
             log.removeHandler(handler)
 
 
+#: Modules a step needs only at its end (its datasets, netCDF): imported in a thread meanwhile.
+PREFETCH = ("volsweep.io.datasets",)
+
+
+def _prefetch():
+    import importlib
+
+    for name in PREFETCH:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the step's own import reports it
+            return
+
+
 def run_script(func, snakemake_obj, **kwargs):
     """Entry point of the workflow scripts: log to ``log[0]``, run one step.
 
@@ -44,7 +59,8 @@ def run_script(func, snakemake_obj, **kwargs):
     from volsweep.devices import claim_gpu
 
     start = time.perf_counter()
-    shared = getattr(snakemake_obj.resources, "gpu", 1) == 0
+    threading.Thread(target=_prefetch, daemon=True).start()
+    shared = getattr(getattr(snakemake_obj, "resources", None), "gpu", 1) == 0
     with logged_to(snakemake_obj.log[0]), claim_gpu(kwargs.get("device", "cpu"), shared=shared):
         log.info("%s: rule %s, wildcards %s", func.__name__, snakemake_obj.rule,
                  dict(snakemake_obj.wildcards.items()))

@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 
-from volsweep.io import datasets
 from volsweep.io import orientation as orientation_store
 from volsweep.io.complete import require_complete
 from volsweep.steps._common import MB, open_volume_store, store_root, uses_gpu
@@ -30,6 +29,8 @@ def sweep_scales(a, thickness_nc=None):
     (:func:`volsweep.engine.orientation.auto_scales`); otherwise ``a`` as given, and
     the map uses every scale.
     """
+    from volsweep.io import datasets
+
     if a != "auto":
         return a, None
     from volsweep.engine.orientation import auto_scales
@@ -53,6 +54,7 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     per-voxel orientation (:mod:`volsweep.io.orientation`), θ counted over the
     whole grid (``theta_offset``).
     """
+    from volsweep.io import datasets
     from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
     dev = "cuda" if uses_gpu(device) else "cpu"
@@ -129,6 +131,7 @@ def _put_once(put, stored, arrays):
 
 
 def _write_sweep(ds, out_nc, store, provenance):
+    from volsweep.io import datasets
     from volsweep.engine.products import with_products
 
     ds = datasets.with_provenance(with_products(ds), provenance)
@@ -185,6 +188,8 @@ def aggregate_sweep(block_ncs, volume_zarr, out_nc, *, provenance: dict, orienta
     With the merged ``orientation_zarr``, the per-voxel orientation votes are
     counted from it (each voxel once, for its winning kernel).
     """
+    from volsweep.io import datasets
+
     require_complete(block_ncs, "sweep block")
     store, _ = open_volume_store(volume_zarr)
     ds = datasets.merge_sweep_blocks(block_ncs, unit=store.attrs.get("unit"))

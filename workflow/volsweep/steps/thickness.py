@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from volsweep.io import datasets
 from volsweep.io.atomic import atomic_dir, atomic_file
 from volsweep.io.complete import IncompleteError, check_written, require_complete
 from volsweep.io.store import create_store, open_store
@@ -36,6 +35,7 @@ def _phase(volume, store, thickness: dict, **kwargs):
 
 def thickness(volume_zarr, out_zarr, out_nc, *, thickness: dict, device, provenance: dict, name):
     """Rule thickness: the whole volume's local thickness in one call, store and distribution."""
+    from volsweep.io import datasets
     from volsweep.thickness import distribution_from_counts, local_thickness, value_counts
 
     from volsweep.backend import to_device, to_numpy
@@ -164,6 +164,7 @@ def aggregate_thickness(chunk_npzs, rmax_json, volume_zarr, thickness_zarr, out_
     has every core written: all its shard files present and no NaN (the fill
     value) left in any core, read one chunk core at a time.
     """
+    from volsweep.io import datasets
     from volsweep.thickness import distribution_from_counts, merge_value_counts
 
     store, spacing = open_volume_store(volume_zarr)
