@@ -38,8 +38,9 @@ def store(path):
     return f"{path}/zarr.json"
 
 
-def sweep_blocks(vol):
-    return jobs.sweep_plan(
+def sweep_seconds(vol):
+    """The engine's estimate of a volume's whole sweep (jobs.sweep_seconds)."""
+    return jobs.sweep_seconds(
         SHAPES[vol],
         VOLUMES[vol]["spacing"],
         config,
@@ -48,16 +49,22 @@ def sweep_blocks(vol):
     )
 
 
-def sweep_threads(wildcards):
-    """Cores of a sweep job: one for a short CPU sweep (jobs.sweep_threads)."""
-    seconds = jobs.sweep_seconds(
-        SHAPES[wildcards.vol],
-        VOLUMES[wildcards.vol]["spacing"],
+def sweep_blocks(vol):
+    return jobs.sweep_plan(
+        SHAPES[vol],
+        VOLUMES[vol]["spacing"],
         config,
         gpu=bool(USES_GPU),
         threads=SWEEP_THREADS,
+        seconds=SWEEP_SECONDS[vol],
     )
-    return jobs.sweep_threads(seconds, gpu=bool(USES_GPU), threads=SWEEP_THREADS)
+
+
+def sweep_threads(wildcards):
+    """Cores of a sweep job: one for a short CPU sweep (jobs.sweep_threads)."""
+    return jobs.sweep_threads(
+        SWEEP_SECONDS[wildcards.vol], gpu=bool(USES_GPU), threads=SWEEP_THREADS
+    )
 
 
 def thickness_chunk(vol):
@@ -73,7 +80,8 @@ for path in unreadable_intermediates(f"results/{vol}" for vol in VOLUMES):
     path.unlink()
 
 
-SWEEP_BLOCKS = {vol: sweep_blocks(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}
+SWEEP_SECONDS = {vol: sweep_seconds(vol) for vol in VOLUMES} if SWEEP["enabled"] else {}
+SWEEP_BLOCKS = {vol: sweep_blocks(vol) for vol in SWEEP_SECONDS}
 THICKNESS_CHUNK = (
     {vol: thickness_chunk(vol) for vol in VOLUMES} if THICKNESS["enabled"] else {}
 )

@@ -7,10 +7,10 @@ the mean of 6 after a warm-up), for every 7-smooth length in the tables' range:
 - ``Z[n]``: transforms of shape ``(640, 640, n)``, the last (real) axis of length ``n``.
 
 The time of a shape is modelled as ``V · ((XY[nx] + XY[ny]) / 2 + Z[nz] − XY[640])``
-(within 7% of the measured time on the eight shapes checked, among them
-(972, 972, 375): 20.5 measured, 20.3 modelled, and (1000, 1000, 384): 10.3 and 10.2).
-Lengths differ by up to 2.5x in cost per voxel, and not monotonically in their factors:
-see :func:`volsweep.tiling.fast_shape`.  Measured with ``benchmarks/bench_cufft_lengths.py``.
+(within 4% of the measured time on the seven shapes ``bench_cufft_lengths.py`` checks,
+among them (972, 972, 375): 20.1 measured, 20.2 modelled, and (1000, 1000, 378): 9.4 and
+9.3).  Lengths differ by up to 2.5x in cost per voxel, and not monotonically in their
+factors: see :func:`volsweep.tiling.fft_lengths`.  Measured with ``benchmarks/bench_cufft_lengths.py``.
 """
 
 XY = {

@@ -121,12 +121,14 @@ def sweep_threads(seconds: float, *, gpu: bool, threads: int) -> int:
     return 1 if not gpu and seconds < SHORT_SWEEP_SECONDS else threads
 
 
-def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_REFERENCE_THREADS):
+def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_REFERENCE_THREADS,
+               seconds: float | None = None):
     """Theta-index blocks of one volume's sweep jobs, from the engine's cost model.
 
     :func:`volsweep.engine.sweep_cost` estimates the whole grid's compute on
     the device the jobs will use; :func:`theta_blocks` splits it by
     ``sweep.job_minutes`` and ``sweep.min_jobs`` (or ``sweep.block_size``).
+    ``seconds``: that estimate (:func:`sweep_seconds`) when the caller has it.
 
     Examples
     --------
@@ -139,7 +141,8 @@ def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_RE
     from volsweep.engine.wavelet import angle_values
 
     sw = config["sweep"]
-    seconds = sweep_seconds(shape, spacing, config, gpu=gpu, threads=threads)
+    if seconds is None:
+        seconds = sweep_seconds(shape, spacing, config, gpu=gpu, threads=threads)
     return theta_blocks(len(angle_values(sw["theta"])), seconds, job_minutes=sw["job_minutes"],
                         min_jobs=sw["min_jobs"], block_size=sw["block_size"])
 

@@ -98,8 +98,7 @@ def writing(path, shape, *, theta_offset=0, chunks, shards, spacing, attrs=None)
     ['0', 'argmax_theta']
     """
     with atomic_dir(Path(path)) as tmp:
-        create(tmp, shape, chunks=chunks, shards=shards, spacing=spacing, arrays=(), attrs=attrs)
-        group = open_group(tmp, mode="r+")
+        group = create(tmp, shape, chunks=chunks, shards=shards, spacing=spacing, arrays=(), attrs=attrs)
         with ThreadPoolExecutor(1) as pool:
             writes = []
             yield lambda arrays: writes.append(pool.submit(_put, group, dict(arrays), theta_offset))

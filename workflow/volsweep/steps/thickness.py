@@ -35,10 +35,9 @@ def _phase(volume, store, thickness: dict, **kwargs):
 
 def thickness(volume_zarr, out_zarr, out_nc, *, thickness: dict, device, provenance: dict, name):
     """Rule thickness: the whole volume's local thickness in one call, store and distribution."""
+    from volsweep.backend import to_device, to_numpy
     from volsweep.io import datasets
     from volsweep.thickness import distribution_from_counts, local_thickness, value_counts
-
-    from volsweep.backend import to_device, to_numpy
 
     device = job_device(device)
     store, spacing = open_volume_store(volume_zarr)
@@ -54,7 +53,7 @@ def thickness(volume_zarr, out_zarr, out_nc, *, thickness: dict, device, provena
         out[...] = lt
     ds = distribution_from_counts(values, counts, lt.size, bins=thickness["bins"], spacing=spacing)
     ds.attrs.update(provenance, source_sha256=store.attrs["source_sha256"],
-                    r_max=float(lt.max()) / 2, device=device_label(device))
+                    r_max=float(values[-1]) / 2 if values.size else 0.0, device=device_label(device))
     datasets.write_netcdf(ds, out_nc)
 
 
