@@ -350,3 +350,11 @@ def test_on_map_gets_the_final_map_before_the_statistics_pass(monkeypatch, bound
     assert sorted(seen) == sorted(names)
     for name in names:
         np.testing.assert_array_equal(seen[name], ds[name].values, err_msg=name)
+
+
+def test_bad_on_map_and_memory_device_are_refused_before_any_work():
+    shape, th, ph, xi = (9, 8, 7), GRID[:2], GRID[:1], [1.0, 2.0]
+    with pytest.raises(TypeError, match="on_map must be a callable.*on_map=3"):
+        sweep(_vol(shape, 1), th, ph, xi, device="cpu", progress=False, orientation_map=True, on_map=3)
+    with pytest.raises(ValueError, match="device=.gpu."):
+        memory_needs(shape, th, ph, xi, device="gpu")

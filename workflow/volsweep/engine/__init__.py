@@ -287,6 +287,8 @@ def memory_needs(shape, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1),
     >>> untiled > smallest
     True
     """
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or None (the larger need), got device={device!r}")
     a_vals, _ = _check_scales(a)
     xi = np.atleast_1d(np.asarray(xi, dtype=np.float64))
     sp = _wv.check_spacing(spacing)
@@ -525,6 +527,8 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     if orientation_boundary not in ORIENTATION_BOUNDARIES:
         raise ValueError(f"orientation_boundary must be one of {ORIENTATION_BOUNDARIES}, got "
                          f"orientation_boundary={orientation_boundary!r}")
+    if on_map is not None and not callable(on_map):
+        raise TypeError(f"on_map must be a callable taking a dict of arrays, got on_map={on_map!r}")
     local = bool(orientation_map) and orientation_rule == "local_energy"
     sigmas = _integration_scales(integration_scale, a_vals)
     map_scales = _map_scales(orientation_a, a_vals, a)
