@@ -43,6 +43,7 @@ static inline double __dmul_rn(double a, double b) { volatile double r = a * b; 
 static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
 static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
 template <class T> static inline T atomicMax(T* p, T v) { T o = *p; if (v > o) *p = v; return o; }
+static inline int __ffsll(long long v) { return __builtin_ffsll(v); }
 #define LAUNCH(name, ...) \
   for (unsigned b = 0; b < grid; ++b) for (unsigned t = 0; t < block; ++t) { \
     blockIdx.x = b; threadIdx.x = t; blockDim.x = block; name(__VA_ARGS__); }
@@ -62,21 +63,30 @@ extern "C" void run_prune(unsigned grid, unsigned block, const double* d2, unsig
                           long long nlev, const double* need, double r2cap)
 { LAUNCH(lt_prune, d2, keep, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
          levels, nlev, need, r2cap) }
-extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand, const double* d2,
-                               const unsigned int* rank, long long ncand, long long n1, long long n2,
+extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand,
+                               const long long* sel, long long nsel, const double* d2,
+                               const unsigned int* rank, long long n1, long long n2,
                                double sx, double sy, double sz, long long lo0, long long lo1,
                                long long lo2, long long hi0, long long hi1, long long hi2,
-                               unsigned int* M, const double* need2, long long nrho, long long n0)
-{ LAUNCH(lt_paint_rows, cand, d2, rank, ncand, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1, hi2, M,
-         need2, nrho, n0) }
+                               unsigned int* M, const unsigned long long* masks,
+                               const long long* moff, int use_masks)
+{ LAUNCH(lt_paint_rows, cand, sel, nsel, d2, rank, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1,
+         hi2, M, masks, moff, use_masks) }
+extern "C" void run_plane_words(unsigned grid, unsigned block, const double* d2,
+                                const long long* cand, long long ncand, long long n1, long long n2,
+                                double sx, long long lo0, long long hi0, long long* nw)
+{ LAUNCH(lt_plane_words, d2, cand, ncand, n1, n2, sx, lo0, hi0, nw) }
+extern "C" void run_disc_masks(unsigned grid, unsigned block, const double* d2,
+                               const long long* cand, long long ncand, const long long* moff,
+                               long long nwords, long long n0, long long n1, long long n2,
+                               double sx, const double* need2, long long nrho, long long lo0,
+                               long long hi0, unsigned long long* masks, unsigned char* visible)
+{ LAUNCH(lt_disc_masks, d2, cand, ncand, moff, nwords, n0, n1, n2, sx, need2, nrho, lo0, hi0,
+         masks, visible) }
 extern "C" void run_edt_line(unsigned grid, unsigned block, const double* fin, double* fout,
                              long long nline, long long len, long long inner, long long w, int* sb,
                              int* tb)
 { LAUNCH(lt_edt_line, fin, fout, nline, len, inner, w, sb, tb) }
-extern "C" void run_hidden(unsigned grid, unsigned block, const double* d2, const long long* cand,
-                           long long ncand, long long n0, long long n1, long long n2, double sx,
-                           const double* need2, long long nrho, unsigned char* hidden)
-{ LAUNCH(lt_hidden, d2, cand, ncand, n0, n1, n2, sx, need2, nrho, hidden) }
 extern "C" void run_pushdown(unsigned grid, unsigned block, unsigned int* M, long long level,
                              long long m2, int q)
 { LAUNCH(lt_pushdown, M, level, m2, q) }
@@ -140,24 +150,35 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
     cand = np.flatnonzero(keep).astype(np.int64)
     r2s = d2.ravel()[cand]
     values = np.unique(r2s)
-    if values.size and values[-1] < TAB.INT_TABLE_MAX:
-        need2 = np.ascontiguousarray(TAB.disc_need_table(int(values[-1]), weights[1], weights[2]),
-                                     dtype=np.float64)
-        hidden = np.empty(cand.size, np.uint8)
-        lib.run_hidden(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n0), L(n1), L(n2),
-                       D(sx), _p(need2), L(need2.shape[1]), _p(hidden))
-        cand = np.ascontiguousarray(cand[hidden == 0])
-        r2s = d2.ravel()[cand]
-    else:
-        need2 = np.zeros(1, np.float64)
-    nrho = need2.shape[1] if need2.ndim == 2 else 0
     rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
     shape = tuple(h - l for l, h in zip(box_lo, box_hi))
     nq = max(0, shape[2].bit_length() - 1)
     M = np.zeros((nq + 1,) + shape, np.uint32)
-    lib.run_paint_rows(g(cand.size * 32), 64, _p(cand), _p(d2), _p(rank), L(cand.size), L(n1),
-                       L(n2), D(sx), D(sy), D(sz), *[L(v) for v in box_lo],
-                       *[L(v) for v in box_hi], _p(M), _p(need2), L(nrho), L(n0))
+    box = [L(v) for v in box_lo] + [L(v) for v in box_hi]
+
+    def rows(sel, nsel, masks, moff, use_masks):
+        lib.run_paint_rows(g(nsel * 32), 64, _p(cand), _p(sel), L(nsel), _p(d2), _p(rank),
+                           L(n1), L(n2), D(sx), D(sy), D(sz), *box, _p(M), _p(masks), _p(moff),
+                           ctypes.c_int(use_masks))
+
+    if values.size and values[-1] < TAB.INT_TABLE_MAX:
+        need2 = np.ascontiguousarray(TAB.disc_need_table(int(values[-1]), weights[1], weights[2]),
+                                     dtype=np.float64)
+        nw = np.empty(cand.size, np.int64)
+        lib.run_plane_words(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n1), L(n2),
+                            D(sx), L(box_lo[0]), L(box_hi[0]), _p(nw))
+        moff = np.zeros(cand.size + 1, np.int64)
+        np.cumsum(nw, out=moff[1:])
+        masks = np.empty(max(int(moff[-1]), 1), np.uint64)
+        visible = np.zeros(cand.size, np.uint8)
+        lib.run_disc_masks(g(int(moff[-1])), 64, _p(d2), _p(cand), L(cand.size), _p(moff),
+                           L(int(moff[-1])), L(n0), L(n1), L(n2), D(sx), _p(need2),
+                           L(need2.shape[1]), L(box_lo[0]), L(box_hi[0]), _p(masks), _p(visible))
+        sel = np.flatnonzero(visible).astype(np.int64)
+        rows(sel, sel.size, masks, moff, 1)
+    else:
+        dummy = np.zeros(1, np.int64)
+        rows(dummy, cand.size, dummy.view(np.uint64), dummy, 0)
     size = int(np.prod(shape))
     for q in range(nq, 0, -1):
         lib.run_pushdown(g(size), 64, _p(M), L(size), L(shape[2]), ctypes.c_int(q))
@@ -197,6 +218,16 @@ def test_cuda_source_emulated_solid_with_pores(emulated, spacing, brute_span):
         d2, lt = emulated_thickness(emulated, phase, spacing, brute_span=brute_span)
         np.testing.assert_array_equal(d2, oracle_d2_int(phase, spacing)[0])
         np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
+def test_cuda_source_emulated_beyond_the_integer_tables(emulated):
+    # Squared lattice radii past INT_TABLE_MAX: no disc masks, every disc painted.
+    spacing = (0.65, 0.65, 2.0)  # lattice weights (13, 13, 40)
+    phase = np.ones((7, 9, 64), bool)
+    phase[3, 4, 0] = phase[5, 1, 63] = False
+    d2, lt = emulated_thickness(emulated, phase, spacing)
+    assert d2[np.isfinite(d2)].max() >= TAB.INT_TABLE_MAX
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])

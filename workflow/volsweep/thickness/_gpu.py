@@ -12,10 +12,12 @@ FMAs, so the GPU and the CPU give bit-identical results:
    non-cubic inputs to a cube and returns rooted, not squared, distances.
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
    (exact table test, ``_tables.prune_table``).
-3. ``lt_paint_rows``: one warp per surviving centre, lanes over the rows of each
-   plane slice of its ball; every row span becomes two ``atomicMax`` of the
-   centre's rank among the distinct D2 values (uint32) into a sparse table of
-   power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
+3. ``lt_disc_masks``: one thread per 64 planes of a centre's ball sets a bit for every
+   disc that lies inside the same plane's disc of an uphill 26-neighbour (exact integer
+   table, ``_tables.disc_need_table``); ``lt_paint_rows``: one warp per centre with a
+   visible disc, lanes over the rows of its visible discs; every row span becomes two
+   ``atomicMax`` of the centre's rank among the distinct D2 values (uint32) into a sparse
+   table of power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
    diameters through ``_tables.diameter_lut``.
 
 Module-level state (compiled module, pruning tables) lives for the process: no
@@ -220,30 +222,67 @@ __device__ __forceinline__ int lt_disc_hidden(const double* best, long long d, l
     return 0;
 }
 
-/* hidden[m] = 1 when every disc of centre m's ball lies inside an uphill neighbour's disc:
-   the ball lies in the union of uphill balls, whose values are at least its own, and the
-   order is strict, so it need not be painted (integer lattice, exact). */
-extern "C" __global__ void lt_hidden(const double* __restrict__ d2, const long long* __restrict__ cand,
-                                     long long ncand, long long n0, long long n1, long long n2,
-                                     double sx, const double* __restrict__ need2,
-                                     long long nrho, unsigned char* __restrict__ hidden)
+/* The planes of centre p's ball (half extent h along axis 0) inside the box's [lo0, hi0):
+   plane offsets [*dlo, *dhi] (empty when *dlo > *dhi). */
+__device__ __forceinline__ void lt_box_planes(long long i, long long h, long long lo0,
+                                              long long hi0, long long* dlo, long long* dhi)
+{
+    *dlo = lo0 - i > -h ? lo0 - i : -h;
+    *dhi = hi0 - 1 - i < h ? hi0 - 1 - i : h;
+}
+
+/* nw[m]: the 64-bit words of centre m's plane mask (one bit per plane of its ball in the box). */
+extern "C" __global__ void lt_plane_words(const double* __restrict__ d2, const long long* __restrict__ cand,
+                                          long long ncand, long long n1, long long n2, double sx,
+                                          long long lo0, long long hi0, long long* __restrict__ nw)
 {
     long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= ncand) return;
-    long long p = cand[m];
+    long long p = cand[m], dlo, dhi;
+    lt_box_planes(p / (n1 * n2), lt_half(0.0, d2[p], sx), lo0, hi0, &dlo, &dhi);
+    nw[m] = dhi < dlo ? 0 : (dhi - dlo + 64) / 64;
+}
+
+/* One thread per mask word (words of centre m from moff[m]): bit b of word u stands for
+   plane offset dlo + 64 u + b and is set when that disc paints nothing: beyond the ball or
+   inside the same plane's disc of an uphill neighbour (lt_disc_hidden).  visible[m] = 1 when
+   some disc is not hidden; the others' balls lie in the union of uphill balls, whose values
+   are at least theirs, and the order is strict, so they are not painted (exact). */
+extern "C" __global__ void lt_disc_masks(const double* __restrict__ d2, const long long* __restrict__ cand,
+                                         long long ncand, const long long* __restrict__ moff,
+                                         long long nwords, long long n0, long long n1, long long n2,
+                                         double sx, const double* __restrict__ need2, long long nrho,
+                                         long long lo0, long long hi0,
+                                         unsigned long long* __restrict__ masks,
+                                         unsigned char* __restrict__ visible)
+{
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= nwords) return;
+    long long lo = 0, hi = ncand;  /* the last m with moff[m] <= t */
+    while (hi - lo > 1) {
+        long long mid = (lo + hi) >> 1;
+        if (moff[mid] <= t) lo = mid; else hi = mid;
+    }
+    long long m = lo, p = cand[m], dlo, dhi;
+    double rp = d2[p];
+    lt_box_planes(p / (n1 * n2), lt_half(0.0, rp, sx), lo0, hi0, &dlo, &dhi);
     double best[12];
     lt_uphill_best(d2, p, n0, n1, n2, best);
-    double rp = d2[p];
-    long long h = lt_half(0.0, rp, sx);
     int last = 0;
-    unsigned char res = (h >= 0);
-    for (long long y = 0; y <= 2 * h && res; ++y) {
-        long long d = y <= h ? y : h - y;   /* 0, 1, .., h, -1, .., -h */
-        double dd = __dmul_rn((double)d, sx);
-        long long rho = (long long)__dadd_rn(rp, -__dmul_rn(dd, dd));
-        if (!lt_disc_hidden(best, d, rho, sx, need2, nrho, &last)) res = 0;
+    unsigned long long word = 0;
+    long long d0 = dlo + 64 * (t - moff[m]);
+    for (int b = 0; b < 64; ++b) {
+        long long d = d0 + b;
+        int hid = 1;
+        if (d <= dhi) {
+            double dd = __dmul_rn((double)d, sx);
+            long long rho = (long long)__dadd_rn(rp, -__dmul_rn(dd, dd));
+            hid = lt_disc_hidden(best, d, rho, sx, need2, nrho, &last);
+        }
+        if (hid) word |= 1ULL << b;
     }
-    hidden[m] = res;
+    masks[t] = word;
+    if (~word) visible[m] = 1;
 }
 
 extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char* __restrict__ keep,
@@ -308,71 +347,66 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
     keep[p] = res;
 }
 
-/* Painter "rows": one warp per centre, lanes over the rows of a plane slice.  Each row
-   span [l, r] of axis 2 becomes two atomicMax into level q = floor(log2(r - l + 1)) of a
-   sparse table M (levels of m0*m1*m2 uint32): M[q][row][l] and M[q][row][r - 2^q + 1]. */
-extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, const double* __restrict__ d2,
-                                         const unsigned int* __restrict__ rank, long long ncand,
+/* Painter "rows": one warp per centre, lanes over the rows of each painted disc (every lane
+   walks the same discs).  Each row span [l, r] of axis 2 becomes two atomicMax into level
+   q = floor(log2(r - l + 1)) of a sparse table M (levels of m0*m1*m2 uint32):
+   M[q][row][l] and M[q][row][r - 2^q + 1].  With masks, centre sel[w] paints the discs whose
+   bits (lt_disc_masks) are clear; without, centre w paints every disc in the box. */
+extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, const long long* __restrict__ sel,
+                                         long long nsel, const double* __restrict__ d2,
+                                         const unsigned int* __restrict__ rank,
                                          long long n1, long long n2, double sx, double sy, double sz,
                                          long long lo0, long long lo1, long long lo2,
                                          long long hi0, long long hi1, long long hi2,
                                          unsigned int* __restrict__ M,
-                                         const double* __restrict__ need2, long long nrho,
-                                         long long n0)
+                                         const unsigned long long* __restrict__ masks,
+                                         const long long* __restrict__ moff, int use_masks)
 {
     long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long w = gt >> 5;
     int lane = (int)(gt & 31);
-    if (w >= ncand) return;
-    long long p = cand[w];
+    if (w >= nsel) return;
+    long long m = use_masks ? sel[w] : w;
+    long long p = cand[m];
     long long k = p % n2;
     long long j = (p / n2) % n1;
     long long i = p / (n1 * n2);
     double r2 = d2[p];
-    unsigned int rk = rank[w];
+    unsigned int rk = rank[m];
     long long m1 = hi1 - lo1, m2 = hi2 - lo2;
     long long level = (hi0 - lo0) * m1 * m2;
-    long long hi = lt_half(0.0, r2, sx);
-    long long hj = lt_half(0.0, r2, sy);
-    /* with need2 (integer lattice within its table): skip the discs that lie inside an
-       uphill neighbour's disc, as lt_hidden (every lane decides alike) */
-    double best[12];
-    int last = 0;
-    if (nrho > 0) lt_uphill_best(d2, p, n0, n1, n2, best);
-    for (long long adi = 0; adi <= hi; ++adi) {
-        double x = __dmul_rn((double)adi, sx);
-        double aa = __dmul_rn(x, x);
-        hj = lt_shrink(hj, aa, r2, sy);
-        int xin0 = (i + adi >= lo0 && i + adi < hi0);
-        int xin1 = (adi > 0 && i - adi >= lo0 && i - adi < hi0);
-        if (nrho > 0) {
-            long long rho = (long long)__dadd_rn(r2, -aa);
-            if (xin0 && lt_disc_hidden(best, adi, rho, sx, need2, nrho, &last)) xin0 = 0;
-            if (xin1 && lt_disc_hidden(best, -adi, rho, sx, need2, nrho, &last)) xin1 = 0;
-        }
-        if (!xin0 && !xin1) continue;
-        for (long long adj = lane; adj <= hj; adj += 32) {
-            double y = __dmul_rn((double)adj, sy);
-            double ab = __dadd_rn(aa, __dmul_rn(y, y));
-            long long hk = lt_half(ab, r2, sz);
-            if (hk < 0) continue;
-            long long l = (k - hk > lo2 ? k - hk : lo2) - lo2;
-            long long r = (k + hk < hi2 - 1 ? k + hk : hi2 - 1) - lo2;
-            if (l > r) continue;
-            long long len = r - l + 1;
-            int q = 0;
-            while ((2LL << q) <= len) ++q;
-            long long p2 = r - (1LL << q) + 1;
-            for (int s = 0; s < 4; ++s) {
-                if ((s & 1) && adi == 0) continue;
-                if ((s & 2) && adj == 0) continue;
-                if ((s & 1) ? !xin1 : !xin0) continue;
-                long long xx = (s & 1) ? i - adi : i + adi;
-                long long yy = (s & 2) ? j - adj : j + adj;
-                if (xx < lo0 || xx >= hi0 || yy < lo1 || yy >= hi1) continue;
-                long long row = q * level + ((xx - lo0) * m1 + (yy - lo1)) * m2;
-                if (M[row + l] < rk) atomicMax(M + row + l, rk);
-                if (M[row + p2] < rk) atomicMax(M + row + p2, rk);
+    long long dlo, dhi;
+    lt_box_planes(i, lt_half(0.0, r2, sx), lo0, hi0, &dlo, &dhi);
+    for (long long u = 0; dlo + 64 * u <= dhi; ++u) {
+        unsigned long long todo = use_masks ? ~masks[moff[m] + u] : ~0ULL;
+        while (todo) {
+            long long d = dlo + 64 * u + (__ffsll((long long)todo) - 1);
+            todo &= todo - 1;
+            if (d > dhi) break;
+            long long xx = i + d;
+            double x = __dmul_rn((double)d, sx);
+            double aa = __dmul_rn(x, x);
+            long long hj = lt_half(aa, r2, sy);
+            long long rowx = (xx - lo0) * m1;
+            for (long long adj = lane; adj <= hj; adj += 32) {
+                double y = __dmul_rn((double)adj, sy);
+                long long hk = lt_half(__dadd_rn(aa, __dmul_rn(y, y)), r2, sz);
+                if (hk < 0) continue;
+                long long l = (k - hk > lo2 ? k - hk : lo2) - lo2;
+                long long r = (k + hk < hi2 - 1 ? k + hk : hi2 - 1) - lo2;
+                if (l > r) continue;
+                long long len = r - l + 1;
+                int q = 0;
+                while ((2LL << q) <= len) ++q;
+                long long p2 = r - (1LL << q) + 1;
+                for (int s = 0; s < 2; ++s) {
+                    if (s && adj == 0) continue;
+                    long long yy = s ? j - adj : j + adj;
+                    if (yy < lo1 || yy >= hi1) continue;
+                    long long row = q * level + (rowx + (yy - lo1)) * m2;
+                    if (M[row + l] < rk) atomicMax(M + row + l, rk);
+                    if (M[row + p2] < rk) atomicMax(M + row + p2, rk);
+                }
             }
         }
     }
@@ -515,11 +549,18 @@ def _levels(m2: int) -> int:
     return max(0, int(m2).bit_length() - 1) + 1
 
 
+# Centres whose disc masks are built and painted at a time: bounds the masks' memory
+# (``memory_bytes``) whatever the number of centres.
+MASK_BATCH = 1 << 22
+
+
 def paint(d2, cand, weights, box_lo, box_hi, extra=None):
     """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes.
 
-    Needs ``_levels(m2)`` uint32 volumes of the box for the sparse table
-    (``memory_bytes``).
+    Within the integer tables, each batch of ``MASK_BATCH`` centres gets its plane masks
+    (``lt_disc_masks``, one thread per 64 planes) and only the centres with a visible disc
+    are painted, their visible discs only.  Needs ``_levels(m2)`` uint32 volumes of the box
+    for the sparse table (``memory_bytes``).
     """
     import cupy as cp
 
@@ -528,39 +569,52 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None):
     values = cp.unique(r2s)
     if cand.size == 0 or math.prod(shape) == 0:
         return cp.zeros(shape, cp.uint32), values
-    _, n1, n2 = d2.shape
+    n0, n1, n2 = d2.shape
     wx, wy, wz = (float(w) for w in weights)
-    n0 = d2.shape[0]
-    r2max = float(values[-1])
-    if r2max < INT_TABLE_MAX:
-        # integer tables: drop the balls hidden in the union of their uphill neighbours',
-        # and skip hidden discs of the others
-        need2 = cp.asarray(disc_need_table(int(r2max), int(wy), int(wz)), dtype=cp.float64)
-        nrho = need2.shape[1]
-        hidden = cp.empty(cand.size, cp.uint8)
-        _kernel("lt_hidden")(_grid(cand.size), (_BLOCK,), (
-            d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
-            np.float64(wx), need2, np.int64(nrho), hidden))
-        keep = cp.flatnonzero(hidden == 0)
-        del hidden
-        cand = cand[keep]
-        r2s = r2s[keep]
-        del keep
-    else:
-        need2 = cp.zeros(1, cp.float64)
-        nrho = 0
+    lo = [np.int64(v) for v in box_lo]
+    hi = [np.int64(v) for v in box_hi]
     rank = (cp.searchsorted(values, r2s) + 1).astype(cp.uint32)
     del r2s
     m2 = shape[2]
     nq = _levels(m2) - 1
     level = math.prod(shape)
     M = cp.zeros((nq + 1,) + shape, cp.uint32)
-    if cand.size:
-        _kernel("lt_paint_rows")(_grid(cand.size * 32), (_BLOCK,), (
-            cand, d2, rank, np.int64(cand.size), np.int64(n1), np.int64(n2),
-            np.float64(wx), np.float64(wy), np.float64(wz),
-            *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], M,
-            need2, np.int64(nrho), np.int64(n0)))
+    r2max = float(values[-1])
+
+    def rows(M, cb, rb, sel, nsel, masks, moff, use_masks):
+        if nsel:
+            _kernel("lt_paint_rows")(_grid(nsel * 32), (_BLOCK,), (
+                cb, sel, np.int64(nsel), d2, rb, np.int64(n1), np.int64(n2),
+                np.float64(wx), np.float64(wy), np.float64(wz), *lo, *hi, M, masks, moff,
+                np.int32(use_masks)))
+
+    if r2max < INT_TABLE_MAX:
+        need2 = cp.asarray(disc_need_table(int(r2max), int(wy), int(wz)), dtype=cp.float64)
+        for b0 in range(0, cand.size, MASK_BATCH):
+            cb = cand[b0:b0 + MASK_BATCH]
+            rb = rank[b0:b0 + MASK_BATCH]
+            nw = cp.empty(cb.size, cp.int64)
+            _kernel("lt_plane_words")(_grid(cb.size), (_BLOCK,), (
+                d2, cb, np.int64(cb.size), np.int64(n1), np.int64(n2), np.float64(wx),
+                lo[0], hi[0], nw))
+            moff = cp.zeros(cb.size + 1, cp.int64)
+            cp.cumsum(nw, out=moff[1:])
+            del nw
+            nwords = int(moff[-1])
+            masks = cp.empty(max(nwords, 1), cp.uint64)
+            visible = cp.zeros(cb.size, cp.uint8)
+            _kernel("lt_disc_masks")(_grid(nwords), (_BLOCK,), (
+                d2, cb, np.int64(cb.size), moff, np.int64(nwords), np.int64(n0), np.int64(n1),
+                np.int64(n2), np.float64(wx), need2, np.int64(need2.shape[1]), lo[0], hi[0],
+                masks, visible))
+            sel = cp.flatnonzero(visible)
+            del visible
+            rows(M, cb, rb, sel, sel.size, masks, moff, 1)
+            del masks, moff, sel
+    else:
+        # beyond the integer tables: every disc of every centre
+        dummy = cp.zeros(1, cp.int64)
+        rows(M, cand, rank, dummy, cand.size, dummy.view(cp.uint64), dummy, 0)
     for q in range(nq, 0, -1):
         _kernel("lt_pushdown")(_grid(level), (_BLOCK,), (M, np.int64(level), np.int64(m2),
                                                          np.int32(q)))
@@ -580,16 +634,19 @@ def memory_bytes(shape) -> int:
     """Peak device memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the uploaded input (uint8), the two
     float64 distance passes and the lower envelope's two int32 scratch arrays, the uint8
-    prune mask, the kept centres (flat index, D2, hidden flag, the index of those painted
-    and their copies, rank and the sorts; every voxel kept) and, while painting, the
-    sparse table of ``_levels(m2)`` uint32 volumes and the rank map; the float32 result
-    after it."""
+    prune mask, the kept centres (flat index, D2, the sorts of ``unique`` and
+    ``searchsorted``, rank; every voxel kept) and, while painting, the sparse table of
+    ``_levels(m2)`` uint32 volumes and the rank map; the float32 result after it.  Plus one
+    batch of ``MASK_BATCH`` centres' disc masks (a word per 64 planes of axis 0), word
+    counts and offsets, visible flags and the painted list."""
     n = math.prod(shape)
     edt = 1 + 8 + 8 + 4 + 4                # input, two passes, envelope scratch
     prune = 1 + 8 + 1 + 8 + 8 + 8          # input, D2, mask, flatnonzero (index + scan)
-    paint = 1 + 8 + 8 + 8 + 8 + 1 + 8 + 8 + 8 + 4 + 4 * _levels(shape[2]) + 4
+    paint = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 * _levels(shape[2]) + 4
     finish = 1 + 8 + 4 + 4                 # D2 still held, ranks, result
-    return int(n * max(edt, prune, paint, finish) + _TABLE_BYTES)
+    words = (int(shape[0]) + 63) // 64
+    batch = min(n, MASK_BATCH) * (8 * words + 8 + 8 + 1 + 8 + 8)
+    return int(n * max(edt, prune, paint, finish) + batch + _TABLE_BYTES)
 
 
 # Pruning tables on the device: levels and 7 rows of thresholds (float64), at most
