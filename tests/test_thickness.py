@@ -436,3 +436,31 @@ def test_out_of_device_memory_falls_back_to_the_host_with_the_same_result(monkey
     want = T.local_thickness(binary, spacing=(0.65, 0.65, 2.0), device="cpu")
     np.testing.assert_array_equal(got, want)
     assert any("out of GPU memory" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (7, 13, 10), (2, 1, 3)])
+def test_rest_of_side_test_never_claims_a_disc_outside_the_neighbours(weights):
+    # _rest_hidden(rq, ...) True must mean: every disc from plane d outwards lies inside the
+    # same plane's disc of the neighbour (rq > need2[t, rho(d')] + ((d' - ex) sx)^2 for all
+    # d').  It is monotone in rq, so at rq = the largest such bound it must say False.
+    K = CPU._kernels()
+    wx, wy, wz = weights
+    r2max = 6000
+    need2 = TAB.disc_need_table(r2max, wy, wz)
+    rng = np.random.default_rng(sum(weights))
+    tried = claimed = 0
+    for rp in rng.integers(2 * wx * wx, r2max, 150):
+        h = math.isqrt(int(rp) - 1) // wx
+        for c in range(12):
+            ex, t = c // 4 - 1, c % 4
+            for d in range(-h, h + 1):
+                step = 1 if d >= 0 else -1
+                if ex * step < 0:
+                    continue
+                outward = range(d, (h + 1) * step, step)
+                bound = max(int(need2[(t >> 1) * 3 + (t & 1), rp - (e * wx) ** 2])
+                            + ((e - ex) * wx) ** 2 for e in outward)
+                tried += 1
+                assert not K._rest_hidden(bound, c, d, rp, wx, wy, wz), (rp, c, d)
+                claimed += K._rest_hidden(2 * bound + 16, c, d, rp, wx, wy, wz)
+    assert tried > 1000 and claimed > tried // 4  # and it is not a test that never says True

@@ -228,7 +228,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     masks = np.empty(int(moff[-1]), np.uint64)
     hidden = np.empty(cand.size, np.uint8)
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
-         wi[0], moff, masks, hidden)
+         wi[0], wi[1], wi[2], moff, masks, hidden)
     keep = np.flatnonzero(hidden == 0)
     ci, cj, ck, r2s, r2i, ranks, moff = (a[keep] for a in (ci, cj, ck, r2s, r2i, ranks, moff))
     ext = ext[keep]

@@ -736,8 +736,29 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
 
 
 @njit(**_OPTS)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, moff, masks,
-                         hidden, m0, m1):
+def _rest_hidden(rq, c, d, rp, sxi, syi, szi):
+    # Whether every disc from plane offset d outwards (|d| growing) lies inside the same
+    # plane's disc of the uphill neighbour of class c (D2 = rq), a class that points
+    # this way (ex = 0 or the sign of d's side).  The lattice disc of rho holds offsets o
+    # with |o|^2 <= rho - 1, so need2[t, rho] <= (sqrt(rho - 1) + |e|)^2 and the disc at d'
+    # is inside q's when rq > F(d') = rho(d') - 1 + 2|e| sqrt(rho(d') - 1) + |e|^2
+    # + ((d' - ex) sx)^2.  Outwards F only decreases for these classes, so F(d) decides
+    # them all (a relative margin covers the rounding of sqrt: exact).
+    dd = d * sxi
+    rho = rp - dd * dd
+    if rho < 1:
+        return True
+    ex = c // 4 - 1
+    t = c % 4
+    e2 = ((t >> 1) * syi) ** 2 + ((t & 1) * szi) ** 2
+    dq = (d - ex) * sxi
+    f = rho - 1.0 + 2.0 * math.sqrt(e2) * math.sqrt(rho - 1.0) + e2 + dq * dq
+    return rq > f * (1.0 + 1e-12) + 1.0
+
+
+@njit(**_OPTS)
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, syi, szi, moff,
+                         masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
     # when the disc at plane offset d lies inside an uphill neighbour's disc, and
     # hidden[m] = 1 when every disc of the ball does: the ball lies in the union of
@@ -782,35 +803,47 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
             if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
                 hidden[m] = 1
             continue
-        # larger balls: planes 0, 1, .., h, -1, .., -h until one is not hidden (the
-        # bits of the planes after it stay 0: painted, which is always exact)
+        # larger balls: planes outwards from 0 (0..h, then -1..-h), each bit set when the
+        # disc is hidden (every plane: the painter skips hidden discs after a visible one),
+        # and the rest of a side at once when _rest_hidden says so for the class that hid it
         rp = vals[r]
         allin = True
         last = 0  # the class that hid the previous disc is tried first
-        for y in range(2 * h + 1):
-            d = y if y <= h else h - y
-            x = d + h
-            dd = d * sxi
-            rho = rp - dd * dd
-            inside = False
-            for cc in range(12):
-                c = last + cc
-                if c >= 12:
-                    c -= 12
-                rq = best[c]
-                if rq < 0:
+        for side in range(2):
+            step = 1 if side == 0 else -1
+            d = 0 if side == 0 else -1
+            while -h <= d <= h:
+                x = d + h
+                dd = d * sxi
+                rho = rp - dd * dd
+                inside = False
+                for cc in range(12):
+                    c = last + cc
+                    if c >= 12:
+                        c -= 12
+                    rq = best[c]
+                    if rq < 0:
+                        continue
+                    ex = c // 4 - 1
+                    t = c % 4
+                    dq = (d - ex) * sxi
+                    if rq > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq:
+                        inside = True
+                        last = c
+                        break
+                if not inside:
+                    allin = False
+                    d += step
                     continue
-                ex = c // 4 - 1
-                t = c % 4
-                dq = (d - ex) * sxi
-                if rq > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq:
-                    inside = True
-                    last = c
+                if (last // 4 - 1) * step >= 0 and _rest_hidden(best[last], last, d, rp, sxi, syi,
+                                                                 szi):
+                    end = h if step > 0 else -h
+                    for y in range(min(d, end), max(d, end) + 1):
+                        x = y + h
+                        masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
                     break
-            if not inside:
-                allin = False
-                break
-            masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
+                masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
+                d += step
         if allin:
             hidden[m] = 1
     return masks
