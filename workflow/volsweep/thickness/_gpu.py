@@ -55,17 +55,6 @@ __device__ __forceinline__ long long lt_half(double base, double r2, double s)
     return h;
 }
 
-__device__ __forceinline__ long long lt_shrink(long long h, double base, double r2, double s)
-{
-    while (h >= 0) {
-        double t = __dmul_rn((double)h, s);
-        if (__dadd_rn(base, __dmul_rn(t, t)) < r2) break;
-        --h;
-    }
-    return h;
-}
-
-
 extern "C" __global__ void lt_edt0(const unsigned char* __restrict__ phase, double* __restrict__ f,
                                    long long n0, long long nline, double sx)
 {
