@@ -4,6 +4,11 @@ An OME-Zarr image whose array ``0`` is the maximum response (float32), beside
 uint16 arrays ``argmax_theta``, ``argmax_phi`` and ``argmax_xi`` of the same
 shape, chunks and shards.  Blocks of a split grid are merged by maximum;
 ties go to the lowest flat (θ, φ, ξ) index, as within one block.
+
+A sweep writes the store whole, in the background while it computes, and
+readers take it by shard: by default each shard is one chunk.  zarr spends
+about a millisecond of Python per chunk it writes, so 64³ chunks in 128³
+shards make writing a map take about twice as long (README, Performance).
 """
 
 from __future__ import annotations
@@ -78,27 +83,29 @@ def _put(group, arrays, theta_offset):
 
 
 @contextmanager
-def writing(path, shape, *, theta_offset=0, chunks, shards, spacing, attrs=None):
+def writing(path, shape, *, theta_offset=0, shards, spacing, chunks=None, attrs=None):
     """Yield ``put(arrays)``, which stores per-voxel arrays in a background thread.
 
     ``arrays`` maps names to arrays as in a sweep's result: ``response_max``
     becomes the image ``0``, ``argmax_*`` uint16 arrays (θ indices shifted by
     ``theta_offset`` into the whole grid's) and ``local_energy_max`` float32.
     The store appears at ``path`` once the block ends and every write is done;
-    an error inside the block, or in a write, leaves nothing there.
+    an error inside the block, or in a write, leaves nothing there.  ``chunks``
+    defaults to ``shards`` (one chunk per shard).
 
     Examples
     --------
     >>> import tempfile
     >>> path = tempfile.mkdtemp() + "/orientation.zarr"
-    >>> with writing(path, (4, 3, 2), chunks=(2, 2, 2), shards=(4, 4, 2), spacing=(1, 1, 1)) as put:
+    >>> with writing(path, (4, 3, 2), shards=(4, 4, 2), spacing=(1, 1, 1)) as put:
     ...     put({"argmax_theta": np.zeros((4, 3, 2), np.uint16)})
     ...     put({"response_max": np.ones((4, 3, 2))})
     >>> sorted(name for name, _ in open_group(path).arrays())
     ['0', 'argmax_theta']
     """
     with atomic_dir(Path(path)) as tmp:
-        group = create(tmp, shape, chunks=chunks, shards=shards, spacing=spacing, arrays=(), attrs=attrs)
+        group = create(tmp, shape, chunks=shards if chunks is None else chunks, shards=shards,
+                       spacing=spacing, arrays=(), attrs=attrs)
         with ThreadPoolExecutor(1) as pool:
             writes = []
             yield lambda arrays: writes.append(pool.submit(_put, group, dict(arrays), theta_offset))
@@ -106,7 +113,7 @@ def writing(path, shape, *, theta_offset=0, chunks, shards, spacing, attrs=None)
                 done.result()
 
 
-def write(path, arrays, *, theta_offset=0, chunks, shards, spacing, attrs=None):
+def write(path, arrays, *, theta_offset=0, shards, spacing, chunks=None, attrs=None):
     """Write a sweep's per-voxel results as an orientation store (:func:`writing`, at once)."""
     shape = np.shape(arrays["response_max"])
     with writing(path, shape, theta_offset=theta_offset, chunks=chunks, shards=shards,

@@ -87,7 +87,7 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
             attrs = None if block is not None else _orientation_attrs(theta, phi, xi, provenance)
             put = stack.enter_context(orientation_store.writing(
                 store_root(orientation_zarr), volume.shape, theta_offset=theta_offset,
-                chunks=store.chunks, shards=store.shards, spacing=spacing, attrs=attrs))
+                shards=store.shards, spacing=spacing, attrs=attrs))
             run = functools.partial(run, on_map=functools.partial(_put_once, put, stored := set()))
         if gpu_ready.is_alive():
             gpu_ready.join()
