@@ -94,6 +94,42 @@ def test_local_energy_tiled_equals_untiled(mode, limit):
                                rtol=1e-3, atol=1e-3 * whole["orientation_votes"].values.max())
 
 
+def _count_background_copies(monkeypatch):
+    from volsweep import backend
+
+    calls, when_done = [], backend.when_done
+    monkeypatch.setattr(backend, "when_done", lambda fn, arrays: calls.append(1) or when_done(fn, arrays))
+    return calls
+
+
+def test_map_copied_in_background_equals_in_line(monkeypatch):
+    # the map's host copies overlap the statistics pass unless the budget cannot hold them
+    v = _vol((21, 18, 13), seed=1)
+    kw = dict(a=1.0, spacing=SPACING, mode="reflect", device="cpu", progress=False, orientation_map=True)
+    th, ph, xi = [0.2, 1.0], [0.4, 2.0], [0.8, 2.0]
+    calls = _count_background_copies(monkeypatch)
+    seen = []
+    background = sweep(v, th, ph, xi, on_map=lambda arrays: seen.append(sorted(arrays)), **kw)
+    assert len(calls) == 1
+    untiled, _ = memory_needs(v.shape, th, ph, xi, a=1.0, spacing=SPACING, orientation_map=True,
+                              mode="reflect", device="cpu")
+    in_line = sweep(v, th, ph, xi, memory_limit=untiled, **kw)  # untiled, nothing spare
+    assert len(calls) == 1 and in_line.attrs["n_blocks"] == in_line.attrs["orientation_n_blocks"] == 1
+    assert seen == [["argmax_phi", "argmax_theta", "argmax_xi", "local_energy_max"]]
+    assert list(background.data_vars) == list(in_line.data_vars)
+    for name in background.data_vars:
+        np.testing.assert_array_equal(background[name].values, in_line[name].values, err_msg=name)
+
+
+def test_on_map_errors_reach_the_caller():
+    def refuse(arrays):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        sweep(_vol((12, 11, 10), seed=2), [0.3], [0.5], [2.0], a=1.0, device="cpu", progress=False,
+              orientation_map=True, on_map=refuse)
+
+
 def test_xi_one_is_one_kernel_and_isotropic():
     v = _vol((15, 14, 13), seed=3)
     th, ph = [0.0, 0.5, 1.1], [0.0, 0.7]
@@ -321,7 +357,7 @@ def test_bad_orientation_inputs(kwargs, exc, word):
 
 
 @pytest.mark.parametrize("boundary", ["mean", "mode"])
-def test_on_map_gets_the_final_map_before_the_statistics_pass(monkeypatch, boundary):
+def test_on_map_gets_the_final_map_after_its_pass(monkeypatch, boundary):
     from volsweep.engine import _cpu
 
     events, seen = [], {}
@@ -340,10 +376,11 @@ def test_on_map_gets_the_final_map_before_the_statistics_pass(monkeypatch, bound
     kw = dict(a=1.3, orientation_map=True, orientation_boundary=boundary)
     ds = sweep(_vol(shape, 5), th, ph, xi, device="cpu", progress=False, on_map=on_map, **kw)
     names = ["argmax_phi", "argmax_theta", "argmax_xi", "local_energy_max"]
-    if boundary == "mean":  # the map's pass, then its arrays, then the statistics' blocks
-        n_map = events.index("on_map")
-        assert n_map >= 1 and set(events[:n_map]) == {"local_energy"}
-        assert set(events[n_map + 1:]) == {"response"}
+    if boundary == "mean":  # the map's pass, then its arrays while the statistics' blocks run
+        n_local = events.count("local_energy")
+        assert n_local >= 1 and events[:n_local] == ["local_energy"] * n_local
+        assert events.count("on_map") == 1 and events.index("on_map") >= n_local
+        assert set(events[n_local:]) == {"response", "on_map"}
     else:  # one pass: everything at its end
         assert events[-1] == "on_map" and events.count("on_map") == 1
         names = ["response_max"] + names

@@ -212,3 +212,26 @@ def test_gpu_fused_local_energy_equals_separable_filters(periodic):
     energy.fold(g * np.float32(2.0), taps, 0.37, half, arg, 9)  # four times: replaces
     assert (arg.get() == 9).all()
     np.testing.assert_allclose(half.get(), 4 * ref.get(), rtol=2e-6)
+
+
+def test_gpu_map_copied_in_background_equals_in_line(monkeypatch):
+    # the map's copies and unravelling on their own stream while the statistics run
+    from volsweep import backend
+    from volsweep.engine import memory_needs
+
+    v = _vol((41, 37, 29), seed=12)
+    th, ph, xi = np.arange(5) * np.pi / 5, [0.3, 1.9], [1.0, 2.5]
+    kw = dict(a=1.2, spacing=SPACING, mode="reflect", progress=False, orientation_map=True)
+    calls, when_done = [], backend.when_done
+    monkeypatch.setattr(backend, "when_done", lambda fn, arrays: calls.append(1) or when_done(fn, arrays))
+    background = sweep(v, th, ph, xi, device="cuda", **kw)
+    assert len(calls) == 1
+    untiled, _ = memory_needs(v.shape, th, ph, xi, a=1.2, spacing=SPACING, orientation_map=True,
+                              mode="reflect", device="cuda")
+    in_line = sweep(v, th, ph, xi, device="cuda", memory_limit=untiled, **kw)
+    assert len(calls) == 1 and in_line.attrs["n_blocks"] == 1
+    for name in background.data_vars:
+        np.testing.assert_array_equal(background[name].values, in_line[name].values, err_msg=name)
+    cpu = sweep(v, th, ph, xi, device="cpu", **kw)
+    for name in ("argmax_theta", "argmax_phi", "argmax_xi"):
+        assert np.mean(background[name].values == cpu[name].values) > 0.99, name

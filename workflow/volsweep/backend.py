@@ -89,6 +89,49 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def copy_to_host(src, dst) -> None:
+    """``dst[...] = src``, straight from the GPU into ``dst`` when it is contiguous.
+
+    Examples
+    --------
+    >>> dst = np.zeros(3)
+    >>> copy_to_host(np.arange(3.0), dst); dst
+    array([0., 1., 2.])
+    """
+    if is_cupy_array(src) and dst.flags.c_contiguous and dst.dtype == src.dtype:
+        src.get(out=dst)
+    else:
+        dst[...] = to_numpy(src)
+
+
+def when_done(fn, arrays):
+    """``fn`` for another thread: on a GPU, it first waits for the work queued so far on the
+    current stream, then runs on ``arrays``' device and a stream of its own, so that its
+    copies and kernels overlap the work queued after.  On the CPU, ``fn`` itself.
+
+    Examples
+    --------
+    >>> when_done(lambda: 7, [np.zeros(2)])()
+    7
+    """
+    if not any(is_cupy_array(a) for a in arrays):
+        return fn
+    cp = _cupy()
+    device = next(a.device for a in arrays if is_cupy_array(a))
+    done = cp.cuda.Event(disable_timing=True)
+    done.record()
+
+    def run():
+        done.synchronize()
+        with device, cp.cuda.Stream(non_blocking=True) as stream:
+            try:
+                return fn()
+            finally:
+                stream.synchronize()
+
+    return run
+
+
 def device_name(device: str) -> str:
     """A human-readable name of the resolved device, for provenance attrs."""
     if device == "cuda":

@@ -22,9 +22,11 @@ Parseval with no inverse FFT at all.  Definitions: ``docs/definitions.md``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -33,7 +35,8 @@ from volsweep import backend as _be
 from volsweep.progress import progress as _progress
 from . import wavelet as _wv
 from ._plan import (ORIENTATION_RULES, Block, Job, KernelSet, gaussian_taps, make_blocks,  # noqa: F401
-                    taps_halo, unique_kernels, unravel_argmax)
+                    UNRAVEL_SLAB_BYTES, map_to_host, taps_halo, unique_kernels,
+                    unravel_argmax)
 from .stats import STATS, check_stats, finalize, merge
 from volsweep.tiling import MODES, fast_shape, tile_shape_for_budget
 
@@ -212,6 +215,42 @@ class _Pass:
     def __init__(self, role, ks, halo, bpv, mode, blocks, untiled, sub=None):
         self.role, self.ks, self.halo, self.bpv, self.mode = role, ks, halo, bpv, mode
         self.blocks, self.untiled, self.sub = blocks, untiled, sub
+
+
+def _pass_bytes(ps) -> float:
+    """Working bytes of a pass's largest block, as the planner counts them."""
+    return max(math.prod(b.fft_shape) for b in ps.blocks) * ps.bpv
+
+
+def _unravel_bytes(on_device) -> int:
+    """Device bytes :func:`unravel_argmax` takes beside a map's arrays (none on the CPU)."""
+    return UNRAVEL_SLAB_BYTES if any(_be.is_cupy_array(a) for a in on_device) else 0
+
+
+_IMPORTS = threading.Lock()
+
+
+def _import_xarray():
+    """Import xarray and the modules it loads on a first Dataset (dask, ...), one thread at
+    a time: two threads importing one package at once can see it half initialised."""
+    with _IMPORTS:
+        import xarray as xr
+
+        xr.Dataset({"v": ("x", np.zeros(1))})
+
+
+def _publish(copied, final, on_map, votes_args):
+    """After the map's copies (``copied``, a future or None): ``on_map(final)``, then the
+    map's votes (:func:`volsweep.engine.orientation.votes_from_map`) when asked."""
+    if copied is not None:
+        copied.result()
+    if on_map is not None:
+        on_map(final)
+    if votes_args is None:
+        return None
+    from .orientation import votes_from_map
+
+    return votes_from_map(*votes_args)
 
 
 def _full_rep(ks_map, xi_dir, theta, phi, a_index, xi_index, grid, a_dim) -> np.ndarray:
@@ -486,7 +525,8 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         are final (host NumPy, named as in the result) as soon as they are: with the
         map's own pass (``orientation_boundary='mean'``), its ``local_energy_max`` and
         ``argmax_*`` while the statistics pass still runs, so that a caller can store
-        them meanwhile; else all of them at the end.  The arrays must not be modified.
+        them meanwhile; else all of them at the end.  It is called from a background
+        thread; the arrays must not be modified.
 
     Returns
     -------
@@ -503,10 +543,6 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
     >>> ds["energy"].dims, ds.attrs["n_unique_kernels"]
     (('theta', 'phi', 'xi'), 3)
     """
-    import xarray as xr
-
-    from .products import annotate
-
     # --- validation, before any work
     theta = _check_angles("theta", theta)
     phi = _check_angles("phi", phi)
@@ -584,9 +620,11 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         idx_maps = [np.empty(shape, np.uint16) for _ in axes]
     shifted = None
     votes = None
-    # The map's votes (and the caller's on_map) while the statistics pass runs.
+    stats_bytes = max(_pass_bytes(ps) for ps in passes if ps.role != "map")
+    # The map's pass first: its host work (copies, votes, the caller's on_map) runs in the
+    # background while the statistics pass computes.
     with ThreadPoolExecutor(1) as background:
-        # The map's pass first, so that its host work overlaps the rest.
+        background.submit(_import_xarray)  # meanwhile: used after the kernels
         for ps, job in sorted(zip(passes, jobs), key=lambda pj: pj[0].role != "map"):
             source = volume
             if ps.role == "map":  # the mean extension: zeros around V − mean(V)
@@ -599,29 +637,39 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
                 rep = _full_rep(ps.ks, ps.sub, theta, phi, a_index, xi_index, grid, a_dim)
             else:
                 rep = ps.ks.rep
+            copied = None
             for blk in ps.blocks:
                 part, pmap = engine.run_block(source, blk, job, prog)
                 if ps.role != "map":
                     parts.append(part)
-                if pmap is not None:
-                    names = {"stats": ["response_max"], "map": ["local_energy_max"]}.get(ps.role, list(maps))
-                    for name in names:
-                        maps[name][blk.core] = _be.to_numpy(pmap[name])
-                    if ps.role != "stats":
-                        unravel_argmax(pmap["arg"], rep, grid, [m[blk.core] for m in idx_maps])
-                    del pmap
+                if pmap is None:
+                    continue
+                names = {"stats": ["response_max"], "map": ["local_energy_max"]}.get(ps.role, list(maps))
+                unravel = (idx_maps, rep, grid) if ps.role != "stats" else ()
+                to_host = functools.partial(map_to_host, pmap, names, blk.core, maps, *unravel)
+                on_device = list(pmap.values())
+                del pmap
+                held = sum(a.nbytes for a in on_device) + _unravel_bytes(on_device)
+                if ps.role == "map" and blk is ps.blocks[-1] and (
+                        memory_limit is None or stats_bytes + held <= memory_limit):  # kept until copied
+                    copied = background.submit(_be.when_done(to_host, on_device))
+                else:
+                    to_host()
+                del to_host, on_device
             if orientation_map and ps.role in ("map", "all"):
                 final = {n: a for n, a in maps.items() if ps.role == "all" or n != "response_max"}
                 final.update({f"argmax_{ax}": arr for ax, arr in zip(axes, idx_maps)})
-                if local:
-                    from .orientation import votes_from_map
-
-                    votes = background.submit(votes_from_map, maps["local_energy_max"], idx_maps, grid)
-                if on_map is not None:
-                    on_map(final)
+                votes = background.submit(_publish, copied, final, on_map,
+                                          (maps["local_energy_max"], idx_maps, grid) if local else None)
         prog.close()
+    votes = None if votes is None else votes.result()  # its errors, and the copies'
     total = merge(parts)
     values = finalize(total, stats)
+
+    import xarray as xr
+
+    from .products import annotate
+
 
     # --- dataset
     dims = axes
@@ -636,7 +684,7 @@ def sweep(volume, theta, phi, xi, *, a=1.0, spacing=(1, 1, 1), mode="reflect",
         for ax, arr in zip(axes, idx_maps):
             data_vars[f"argmax_{ax}"] = (("x", "y", "z"), arr)
         if local:
-            data_vars["orientation_votes"] = (dims, votes.result())
+            data_vars["orientation_votes"] = (dims, votes)
     coords = {"theta": theta, "phi": phi, "xi": xi_arr}
     if a_dim:
         coords["a"] = a_vals

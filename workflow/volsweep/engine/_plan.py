@@ -302,7 +302,13 @@ class Job:
         return len(self.ks.xi)
 
 
-def unravel_argmax(arg, rep, grid, out, slab_voxels: int = 1 << 24):
+#: Voxels per slab of :func:`unravel_argmax`, and the device bytes its slabs take (int32
+#: indices and quotients, a uint16 result).
+UNRAVEL_SLAB_VOXELS = 1 << 24
+UNRAVEL_SLAB_BYTES = UNRAVEL_SLAB_VOXELS * (4 + 4 + 2)
+
+
+def unravel_argmax(arg, rep, grid, out, slab_voxels: int = UNRAVEL_SLAB_VOXELS):
     """Unique-kernel index per voxel → one uint16 grid index per grid axis, into host arrays ``out``.
 
     Runs where ``arg`` lives (NumPy or CuPy), in x-slabs of ``slab_voxels`` voxels, in
@@ -320,4 +326,18 @@ def unravel_argmax(arg, rep, grid, out, slab_voxels: int = 1 << 24):
         for o, st in zip(out, strides):
             q = rest // np.int32(st)
             rest = rest - q * np.int32(st)
-            o[x0:x0 + step] = _be.to_numpy(q.astype(xp.uint16))
+            _be.copy_to_host(q.astype(xp.uint16), o[x0:x0 + step])
+
+
+def map_to_host(pmap, names, core, maps, idx_maps=None, rep=None, grid=None) -> None:
+    """A block's orientation map (:meth:`run_block`'s second result) into the host maps.
+
+    ``names``: the arrays of ``pmap`` to copy into ``maps[name][core]``; with ``idx_maps``,
+    also its ``arg`` unravelled (:func:`unravel_argmax`) into ``idx_maps[i][core]``.
+    """
+    from volsweep import backend as _be
+
+    for name in names:
+        _be.copy_to_host(pmap[name], maps[name][core])
+    if idx_maps is not None:
+        unravel_argmax(pmap["arg"], rep, grid, [m[core] for m in idx_maps])
