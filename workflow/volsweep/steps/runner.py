@@ -50,16 +50,20 @@ def _prefetch():
             return
 
 
-def run_script(func, snakemake_obj, **kwargs):
+def run_script(func, snakemake_obj, *, prefetch_at_start=True, **kwargs):
     """Entry point of the workflow scripts: log to ``log[0]``, run one step.
 
     A step with a ``device`` gets its own GPU first (:func:`volsweep.devices.claim_gpu`),
-    or shares one when its rule takes ``gpu=0`` (the whole-volume thickness).
+    or shares one when its rule takes ``gpu=0`` (the whole-volume thickness).  The modules
+    it needs only at its end are imported meanwhile in a thread, unless
+    ``prefetch_at_start=False`` (the sweep's engine imports them in its own background,
+    while its GPU computes: two threads must not import one package at once).
     """
     from volsweep.devices import claim_gpu
 
     start = time.perf_counter()
-    threading.Thread(target=_prefetch, daemon=True).start()
+    if prefetch_at_start:
+        threading.Thread(target=_prefetch, daemon=True).start()
     shared = getattr(getattr(snakemake_obj, "resources", None), "gpu", 1) == 0
     with logged_to(snakemake_obj.log[0]), claim_gpu(kwargs.get("device", "cpu"), shared=shared):
         log.info("%s: rule %s, wildcards %s", func.__name__, snakemake_obj.rule,

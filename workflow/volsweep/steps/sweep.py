@@ -54,7 +54,6 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     per-voxel orientation (:mod:`volsweep.io.orientation`), θ counted over the
     whole grid (``theta_offset``).
     """
-    from volsweep.io import datasets
     from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
     dev = "cuda" if uses_gpu(device) else "cpu"
@@ -62,7 +61,9 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     if dev == "cuda":  # the CUDA context and the engine's kernels load while the volume is read
         gpu_ready.start()
     store, spacing = open_volume_store(volume_zarr)
+    start = time.perf_counter()
     volume = store[...]
+    log.info("sweep: read %s %s in %.2f s", volume.dtype, volume.shape, time.perf_counter() - start)
     a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
     xi, truncate = sweep["xi"], sweep["truncate"]
     omap = orientation_zarr is not None
@@ -87,10 +88,12 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
             attrs = None if block is not None else _orientation_attrs(theta, phi, xi, provenance)
             put = stack.enter_context(orientation_store.writing(
                 store_root(orientation_zarr), volume.shape, theta_offset=theta_offset,
-                shards=store.shards, spacing=spacing, attrs=attrs))
+                chunks=store.chunks, shards=store.shards, spacing=spacing, attrs=attrs))
             run = functools.partial(run, on_map=functools.partial(_put_once, put, stored := set()))
         if gpu_ready.is_alive():
+            start = time.perf_counter()
             gpu_ready.join()
+            log.info("sweep: waited %.2f s for the GPU", time.perf_counter() - start)
         start = time.perf_counter()
         ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
         log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
@@ -102,10 +105,16 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
         if block is None:
             _write_sweep(ds, out_nc, store, provenance)
         else:
+            from volsweep.io import datasets
+
             # Votes count each voxel's winner: only the merged map knows it (aggregate_sweep).
             ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
             ds.attrs["block"] = int(block)
             datasets.write_netcdf(ds, out_nc)
+        start = time.perf_counter()
+    if omap:
+        log.info("sweep: orientation store complete %.2f s after the statistics",
+                 time.perf_counter() - start)
 
 
 def _start_gpu():
