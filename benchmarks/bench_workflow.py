@@ -56,7 +56,7 @@ def make_config(args) -> dict:
     return {
         "volumes": volumes,
         "device": args.device,
-        "storage": {"chunks": [64, 64, 64], "shards": [128, 128, 128]},
+        "storage": {k: v for k, v in (("chunks", args.chunks), ("shards", args.shards)) if v},
         "sweep": {"a": args.a, "theta": {"num": args.theta}, "phi": {"num": args.phi},
                   "xi": args.xi, "mode": "reflect", "orientation_map": True},
         "thickness": {"threshold": 0.5, "bins": 64},
@@ -190,6 +190,8 @@ def main(argv=None):
     ap.add_argument("--fibres", type=int, default=8)
     ap.add_argument("--pores", type=int, default=4)
     ap.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--chunks", type=int, nargs=3, help="storage.chunks (default: the config's)")
+    ap.add_argument("--shards", type=int, nargs=3, help="storage.shards (default: the config's)")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--gpus", type=int, default=1, help="--resources gpu=N")
     ap.add_argument("--report", action="store_true", help="make the figures too")

@@ -736,6 +736,9 @@ def validate_config(config: dict, configfile=None, schema_path=SCHEMA_PATH, *, b
             print(f"volsweep: {blame(old.split('.'))}: {old} is deprecated and will be removed; "
                   f"use {new}", file=sys.stderr)
     lines += _schema_errors(config, blame, schema_path)
+    storage = config.get("storage")
+    if isinstance(storage, dict) and storage.get("chunks") is None and "shards" in storage:
+        storage["chunks"] = storage["shards"]  # one chunk per shard
     lines += _semantic_errors(config, blame)  # each check skips what the schema found broken
     if check_volumes:
         base = Path(base_dir).resolve()

@@ -6,9 +6,10 @@ shape, chunks and shards.  Blocks of a split grid are merged by maximum;
 ties go to the lowest flat (θ, φ, ξ) index, as within one block.
 
 A sweep writes the store whole, in the background while it computes, and
-readers take it by shard: by default each shard is one chunk.  zarr spends
-about a millisecond of Python per chunk it writes, so 64³ chunks in 128³
-shards make writing a map take about twice as long (README, Performance).
+readers take it by shard: by default each shard is one chunk, as in the
+workflow's default ``storage``.  zarr spends about a millisecond of Python per
+chunk it writes, so 64³ chunks in 128³ shards make writing a map take about
+twice as long.
 """
 
 from __future__ import annotations
