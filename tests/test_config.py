@@ -26,6 +26,19 @@ def test_demo_config_is_valid_and_defaults_are_filled():
     validate_config(demo())
 
 
+@pytest.mark.parametrize("storage, chunks", [
+    ({}, [128, 128, 128]),  # one chunk per shard
+    ({"shards": [64, 32, 96]}, [64, 32, 96]),  # follows the shards given
+    ({"chunks": [32, 32, 32]}, [32, 32, 32]),
+    ({"chunks": None, "shards": [32, 32, 64]}, [32, 32, 64]),
+])
+def test_storage_chunks_default_to_the_shards(storage, chunks):
+    cfg = {"volumes": {"v": {"synthetic": {"shape": [15, 16, 17]}}}, "thickness": {"threshold": 0.5},
+           "storage": storage}
+    validate_config(cfg, check_volumes=False, announce=False)
+    assert cfg["storage"]["chunks"] == chunks
+
+
 @pytest.mark.parametrize("patch, words", [
     (lambda c: c.update(bogus=1), ["unknown key", "bogus"]),
     (lambda c: c["sweep"].update(colour="red"), ["unknown key", "sweep.colour"]),
