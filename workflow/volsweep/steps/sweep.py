@@ -111,10 +111,10 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
             ds = ds.drop_vars([v for v in ("orientation_votes",) if v in ds])
             ds.attrs["block"] = int(block)
             datasets.write_netcdf(ds, out_nc)
-        start = time.perf_counter()
+        stats_written = time.perf_counter()
     if omap:
         log.info("sweep: orientation store complete %.2f s after the statistics",
-                 time.perf_counter() - start)
+                 time.perf_counter() - stats_written)
 
 
 def _start_gpu():

@@ -230,8 +230,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
          wi[0], wi[1], wi[2], moff, masks, hidden)
     keep = np.flatnonzero(hidden == 0)
-    ci, cj, ck, r2s, r2i, ranks, moff = (a[keep] for a in (ci, cj, ck, r2s, r2i, ranks, moff))
-    ext = ext[keep]
+    ci, cj, ck, r2i, ranks, ext, moff = (a[keep] for a in (ci, cj, ck, r2i, ranks, ext, moff))
     start, lists, order = k.slab_lists(ci, ext, ranks, int(values.size), lo[0], hi[0], g)
     # every centre array in painting order (the slab lists index it)
     ci, cj, ck, r2i, ranks, ext, moff = (a[order] for a in (ci, cj, ck, r2i, ranks, ext, moff))
