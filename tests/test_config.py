@@ -52,6 +52,8 @@ def test_storage_chunks_default_to_the_shards(storage, chunks):
     (lambda c: c["sweep"].update(stats=["energy", "kurtosis"]), ["sweep.stats[1]", "kurtosis"]),
     (lambda c: c["volumes"]["demo"].update(spacing=[1, -1, 1]), ["volumes.demo.spacing[1]", "-1"]),
     (lambda c: c["storage"].update(chunks=[24, 16, 16]), ["storage.chunks", "[24, 16, 16]", "divide"]),
+    (lambda c: c["storage"].update(chunks=[0, 16, 16]), ["storage.chunks[0]", "0", "minimum"]),
+    (lambda c: c["storage"].update(chunks="big"), ["storage.chunks", "big", "array"]),
     (lambda c: c["thickness"].update(chunk=[48, 32, 32]), ["thickness.chunk", "[48, 32, 32]"]),
     (lambda c: c["thickness"].update(label=2), ["thickness.label", "2", "only one"]),
     (lambda c: c["thickness"].update(bins=[0, 3, 2]), ["thickness.bins"]),

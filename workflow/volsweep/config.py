@@ -271,7 +271,7 @@ def _semantic_errors(config: dict, blame) -> list[str]:
     def guard(fn):
         try:
             fn()
-        except (KeyError, TypeError, ValueError, IndexError):  # the schema has named the cause
+        except (KeyError, TypeError, ValueError, IndexError, ArithmeticError):  # the schema named it
             pass
 
     def storage():
