@@ -167,3 +167,21 @@ def test_netcdf_blocks_merge_in_order_and_rewrite_identically(tmp_path):
     stacked = stack_volumes([tmp_path / "a.nc", tmp_path / "b.nc"], ["v1", "v2"])
     assert stacked["energy"].dims == ("volume", "theta", "phi", "xi")
     assert stacked["volume"].values.tolist() == ["v1", "v2"]
+
+
+def test_synthetic_ingest_warns_once_and_hashes_the_voxels(tmp_path, caplog):
+    from volsweep.synthetic import synthetic_volume
+
+    spec = {"shape": [31, 28, 21], "seed": 2, "noise": 0.1,
+            "fibres": [{"theta": 0.4, "phi": 0.2, "radius": 0.6}]}
+    entry = {"synthetic": spec, "spacing": [1.0, 1.0, 1.0]}
+    out = tmp_path / "volume.zarr"
+    with caplog.at_level("WARNING", logger="volsweep"):
+        ingest_volume(entry, "v", out, chunks=[8, 8, 8], shards=[8, 8, 8], buffer_mb=1,
+                      phase={"threshold": 0.5, "label": None, "invert": False})
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "below 1%" in warnings[0]
+    expected = synthetic_volume(spec["shape"], fibres=spec["fibres"], seed=2, noise=0.1)
+    arr = zarr.open_group(str(out))["0"]
+    np.testing.assert_array_equal(arr[...], expected)
+    assert arr.attrs["source_sha256"] == hashlib.sha256(expected.tobytes()).hexdigest()

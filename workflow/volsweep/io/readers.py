@@ -933,7 +933,7 @@ def source_sha256(entry: dict, volume=None) -> str:
     """
     h = hashlib.sha256()
     if "synthetic" in entry:
-        h.update(np.ascontiguousarray(volume).tobytes())
+        h.update(memoryview(np.ascontiguousarray(volume)).cast("B"))  # no copy
         return h.hexdigest()
     path = Path(entry["path"])
     if path.is_dir():

@@ -36,8 +36,6 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: flo
     if phase is not None:
         rule = check_phase(source, name, threshold=phase["threshold"], label=phase["label"],
                            invert=phase["invert"])
-        if rule["warning"]:
-            log.warning("%s", rule["warning"])
         log.info("ingest %s: phase %s, %.4f of the volume", name, rule, rule["phase_fraction"])
     spacing = [float(s) for s in getattr(source, "spacing", entry["spacing"])]
     unit = getattr(source, "unit", None) or entry.get("unit")
