@@ -61,3 +61,52 @@ def test_windowed_fibres_equal_the_whole_volume_formula(trial):
     expected = _brute_force_fibre(shape, spacing, c, u, r)
     assert expected.any()
     np.testing.assert_array_equal(phase, expected)
+
+
+def test_noise_does_not_depend_on_the_threads_that_draw_it(monkeypatch):
+    from volsweep import synthetic
+
+    kw = dict(fibres=[{"theta": 0.3, "phi": 0.4, "radius": 1.5, "count": 2}],
+              pores=[{"radius": 1.5, "count": 2}], noise=0.2, seed=5)
+    shape = (23, 17, 11)
+    monkeypatch.setattr(synthetic, "NOISE_SLAB_VOXELS", 3 * 17 * 11)  # 8 slabs, the last short
+    assert len(synthetic._noise_slabs(shape)) == 8
+    runs = []
+    for threads in (1, 3):
+        monkeypatch.setattr(synthetic, "cpu_threads", lambda n=threads: n)
+        runs.append(synthetic_volume(shape, **kw))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    # Each slab its own stream: no two slabs repeat each other's draws.
+    background = runs[0][runs[0] < 0.5]
+    assert len(np.unique(background)) == background.size
+    assert abs(background.std() - 0.2) < 0.02 and abs(background.mean()) < 0.02
+
+
+def test_threaded_shapes_equal_the_shapes_drawn_one_by_one():
+    from volsweep.synthetic import _draw_ball, _draw_fibre
+
+    shape, spacing = (29, 22, 15), (1.0, 0.7, 1.6)
+    fibres = [{"theta": 0.2, "phi": 1.1, "radius": 1.8, "count": 4},
+              {"theta": 1.3, "phi": 0.1, "radius": 1.2, "count": 3}]
+    pores = [{"radius": 2.5, "count": 2}]
+    phase = synthetic_volume(shape, fibres=fibres, pores=pores, noise=0, seed=9, spacing=spacing) > 0.5
+    # The same draws of the seeded stream, in the generator's order, painted serially.
+    rng, sp = np.random.default_rng(9), np.asarray(spacing)
+    extent, serial, axes = np.array(shape) * sp, np.zeros(shape, dtype=bool), []
+    for spec in fibres:
+        u = fibre_direction(spec["theta"], spec["phi"])
+        for _ in range(spec["count"]):
+            c = extent * (0.25 + 0.5 * rng.random(3))
+            _draw_fibre(serial, sp, c, u, spec["radius"])
+            axes.append((c, u, spec["radius"]))
+    spheres = []
+    for _ in range(2):
+        while True:
+            c = 3.5 + rng.random(3) * np.maximum(extent - 7.0, 0)
+            if (all(np.linalg.norm(np.cross(c - p, u)) > 3.5 + fr for p, u, fr in axes)
+                    and all(np.linalg.norm(c - q) > 6.0 for q in spheres)):
+                break
+        spheres.append(c)
+        _draw_ball(serial, sp, c, 2.5)
+    assert serial.sum() > 100
+    np.testing.assert_array_equal(phase, serial)

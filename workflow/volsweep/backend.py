@@ -7,11 +7,20 @@ The backend follows the array's type and an explicit ``device`` of
 from __future__ import annotations
 
 import functools
+import os
 import types
 
 import numpy as np
 
 DEVICES = ("auto", "cpu", "cuda")
+
+
+def cpu_threads() -> int:
+    """Threads for CPU kernels: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 @functools.cache

@@ -4,12 +4,18 @@ Fibre directions use the wavelet's convention (``docs/definitions.md``),
 u(θ, φ) = (cos φ cos θ, −sin θ, sin φ cos θ), so a sweep of the demo should
 find them again.  Each fibre and pore is drawn only inside its bounding
 window, so the cost grows with the shapes' volume, not with the volume's.
+Shapes and noise are drawn on threads; the noise comes from one seeded stream
+per slab of the volume, so the result depends on the seed and shape only.
 """
 
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
+from volsweep.backend import cpu_threads
 from volsweep.engine.wavelet import axis_vector
 
 
@@ -85,7 +91,8 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
         positions, inside the volume and clear of the fibres and each other.
     seed : int
     noise : float
-        Standard deviation of the additive Gaussian noise (float32 draws).
+        Standard deviation of the additive Gaussian noise (float32 draws, one
+        stream spawned from ``seed`` per slab of :data:`NOISE_SLAB_VOXELS`).
     spacing : tuple of 3 float
 
     Returns
@@ -102,14 +109,11 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
     shape = tuple(int(n) for n in shape)
     spacing = np.asarray(spacing, dtype=np.float64)
     extent = np.array(shape, dtype=np.float64) * spacing
-    phase = np.zeros(shape, dtype=bool)
     axes = []  # (point, direction, radius) of every fibre
     for spec in fibres:
         u = fibre_direction(spec["theta"], spec["phi"])
         for _ in range(int(spec.get("count", 1))):
-            c = extent * (0.25 + 0.5 * rng.random(3))
-            _draw_fibre(phase, spacing, c, u, float(spec["radius"]))
-            axes.append((c, u, spec["radius"]))
+            axes.append((extent * (0.25 + 0.5 * rng.random(3)), u, float(spec["radius"])))
     spheres = []
     for spec in pores:
         r = float(spec["radius"])
@@ -126,10 +130,35 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
             else:
                 raise ValueError(f"pores: no room for a pore of radius={r} in shape={shape}")
             spheres.append((c, r))
-            _draw_ball(phase, spacing, c, r)
-    if noise <= 0:
-        return phase.astype(np.float32)
-    volume = rng.standard_normal(size=shape, dtype=np.float32)
-    volume *= np.float32(noise)
-    volume[phase] += np.float32(1)
+    phase = np.zeros(shape, dtype=bool)
+    # Shapes only set voxels (a union): drawn in any order, on threads, the phase is the same.
+    draws = [functools.partial(_draw_fibre, phase, spacing, c, u, r) for c, u, r in axes]
+    draws += [functools.partial(_draw_ball, phase, spacing, c, r) for c, r in spheres]
+    with ThreadPoolExecutor(max_workers=cpu_threads()) as pool:
+        list(pool.map(lambda draw: draw(), draws))
+        if noise <= 0:
+            return phase.astype(np.float32)
+        volume = np.empty(shape, dtype=np.float32)
+        slabs = _noise_slabs(shape)
+        streams = rng.spawn(len(slabs))
+        list(pool.map(lambda k: _noisy(volume[slabs[k]], phase[slabs[k]], streams[k], noise),
+                      range(len(slabs))))
     return volume
+
+
+#: Voxels per noise slab: each slab draws from its own seeded stream, so the noise does not
+#: depend on how many threads draw it.
+NOISE_SLAB_VOXELS = 1 << 22
+
+
+def _noise_slabs(shape) -> list:
+    """Slabs along axis 0 of about :data:`NOISE_SLAB_VOXELS` voxels, fixed by the shape."""
+    planes = max(1, NOISE_SLAB_VOXELS // max(1, shape[1] * shape[2]))
+    return [slice(i, min(i + planes, shape[0])) for i in range(0, shape[0], planes)]
+
+
+def _noisy(out, phase, stream, noise):
+    """``out = noise · N(0, 1) + phase`` from ``stream``, in place."""
+    stream.standard_normal(out=out, dtype=np.float32)
+    out *= np.float32(noise)
+    np.add(out, np.float32(1), out=out, where=phase)

@@ -44,6 +44,7 @@ from numba.extending import intrinsic
 from . import _plan
 from ._plan import A2, C, DWX, DWY, DWZ, GX, GY, GZ, NP, PCUT, PERX, PERY, PERZ, SCALE, UX, UY, UZ
 from .stats import Partial
+from volsweep.backend import cpu_threads
 from volsweep.tiling import read_block
 
 _F = np.float32
@@ -317,10 +318,7 @@ _POOL = None
 
 def n_threads() -> int:
     """Threads for the kernels: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    return cpu_threads()
 
 
 def _has_avx512() -> bool:

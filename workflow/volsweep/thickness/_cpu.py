@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+from volsweep.backend import cpu_threads
 
 from ._tables import (INT_TABLE_MAX, diameter_lut, disc_need_table, half_table,
                                 level_lut, prune_table)
@@ -28,13 +29,6 @@ from ._tables import (INT_TABLE_MAX, diameter_lut, disc_need_table, half_table,
 _F32_EXACT = float(2**24)
 # Pruning compares squares of sums of squared lengths: exact in float64 below this length.
 _PRUNE_EXACT = float(2**25)
-
-
-def _threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @functools.cache
@@ -67,7 +61,7 @@ def _run(fn, n: int, *args, tasks_per_thread: int = 4) -> list:
     The kernels are serial and release the GIL; every part writes its own output range,
     so the result does not depend on the number of threads.
     """
-    nt = _threads()
+    nt = cpu_threads()
     if nt == 1 or n <= 1:
         return [fn(*args, 0, n)]
     parts = min(n, nt * tasks_per_thread)
@@ -117,7 +111,7 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
         import edt
 
         d2 = edt.edtsq(phase, anisotropy=(wx, wy, wz), black_border=False,
-                       parallel=_threads()).astype(np.float64)
+                       parallel=cpu_threads()).astype(np.float64)
         if d2.max() >= _F32_EXACT:
             raise ValueError("edt's float32 output is not exact beyond 2**24: use method='numba'")
         return d2
