@@ -57,19 +57,23 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
     dev = "cuda" if uses_gpu(device) else "cpu"
-    gpu_ready = threading.Thread(target=_start_gpu, daemon=True)
-    if dev == "cuda":  # the CUDA context and the engine's kernels load while the volume is read
-        gpu_ready.start()
     store, spacing = open_volume_store(volume_zarr)
-    start = time.perf_counter()
-    volume = store[...]
-    log.info("sweep: read %s %s in %.2f s", volume.dtype, volume.shape, time.perf_counter() - start)
     a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
     xi, truncate = sweep["xi"], sweep["truncate"]
     omap = orientation_zarr is not None
     kwargs = {"truncate": truncate} if truncate is not None else {}
     kwargs.update(integration_scale=sweep.get("integration_scale"),
                   orientation_boundary=sweep.get("orientation_boundary", "mean"))
+    warm_up = functools.partial(run_sweep, theta=theta[:1], phi=phi[:1], xi=xi[:1], a=a,
+                                spacing=spacing, mode=sweep["mode"], stats=tuple(sweep["stats"]),
+                                device=device, progress=False, orientation_map=omap,
+                                orientation_a=orientation_a, **kwargs)
+    gpu_ready = threading.Thread(target=_start_gpu, args=(warm_up,), daemon=True)
+    if dev == "cuda":  # CUDA, cuFFT and the engine's kernels start while the volume is read
+        gpu_ready.start()
+    start = time.perf_counter()
+    volume = store[...]
+    log.info("sweep: read %s %s in %.2f s", volume.dtype, volume.shape, time.perf_counter() - start)
     est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
                      device=dev, stats=tuple(sweep["stats"]),
                      orientation_map=omap, orientation_a=orientation_a, **kwargs)
@@ -117,17 +121,17 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                  time.perf_counter() - stats_written)
 
 
-def _start_gpu():
-    """Create the CUDA context and load the engine's compiled kernels (errors are left to
-    the engine, which reports them with its own message)."""
+#: The warm-up sweep's volume: a few voxels, whatever the kernels' support.
+WARM_UP_SHAPE = (8, 8, 8)
+
+
+def _start_gpu(warm_up):
+    """Start the GPU for the sweep: ``warm_up`` (the job's sweep with one kernel) on a tiny
+    volume creates the CUDA context, loads cuFFT and the engine's kernels and runs each
+    kernel once, which a process's first sweep would otherwise pay for.  Errors are left to
+    the sweep itself, which reports them with its own message."""
     try:
-        import cupy
-
-        from volsweep.engine import _gpu
-
-        cupy.zeros(1).sum()
-        _gpu._module(False, names=()).get_function("mul_spec")
-        _gpu._energy_module()
+        warm_up(np.zeros(WARM_UP_SHAPE, dtype=np.float32))
     except Exception:  # noqa: BLE001 - the sweep itself raises the real error
         pass
 
