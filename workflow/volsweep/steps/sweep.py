@@ -59,33 +59,22 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     dev = "cuda" if uses_gpu(device) else "cpu"
     store, spacing = open_volume_store(volume_zarr)
     a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
-    xi, truncate = sweep["xi"], sweep["truncate"]
-    omap = orientation_zarr is not None
-    kwargs = {"truncate": truncate} if truncate is not None else {}
-    kwargs.update(integration_scale=sweep.get("integration_scale"),
-                  orientation_boundary=sweep.get("orientation_boundary", "mean"))
-    warm_up = functools.partial(run_sweep, theta=theta[:1], phi=phi[:1], xi=xi[:1], a=a,
-                                spacing=spacing, mode=sweep["mode"], stats=tuple(sweep["stats"]),
-                                device=device, progress=False, orientation_map=omap,
-                                orientation_a=orientation_a, **kwargs)
-    gpu_ready = threading.Thread(target=_start_gpu, args=(warm_up,), daemon=True)
+    xi, stats, omap = sweep["xi"], tuple(sweep["stats"]), orientation_zarr is not None
+    engine_kw = _engine_kwargs(sweep, a, orientation_a, spacing, omap)
+    gpu_ready = threading.Thread(target=_start_gpu, daemon=True,
+                                 args=(_warm_up(theta, phi, xi, stats=stats, device=device, **engine_kw),))
     if dev == "cuda":  # CUDA, cuFFT and the engine's kernels start while the volume is read
         gpu_ready.start()
     start = time.perf_counter()
     volume = store[...]
     log.info("sweep: read %s %s in %.2f s", volume.dtype, volume.shape, time.perf_counter() - start)
-    est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
-                     device=dev, stats=tuple(sweep["stats"]),
-                     orientation_map=omap, orientation_a=orientation_a, **kwargs)
+    est = sweep_cost(volume.shape, theta, phi, xi, device=dev, stats=stats, **engine_kw)
     log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
              est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
     run = functools.partial(run_sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi),
-                            a=a, spacing=spacing, mode=sweep["mode"], stats=tuple(sweep["stats"]),
-                            device=device, progress=True, orientation_map=omap,
-                            orientation_a=orientation_a, unit=store.attrs.get("unit"), **kwargs)
-    untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
-                                     orientation_map=omap, mode=sweep["mode"], device=dev,
-                                     orientation_a=orientation_a, **kwargs)
+                            stats=stats, device=device, progress=True, unit=store.attrs.get("unit"),
+                            **engine_kw)
+    untiled, smallest = memory_needs(volume.shape, theta, phi, xi, device=dev, **engine_kw)
     limit = None if device_memory_mb is None else device_memory_mb * MB
     with contextlib.ExitStack() as stack:
         if omap:  # the map's arrays are stored while the statistics pass runs
@@ -121,19 +110,38 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                  time.perf_counter() - stats_written)
 
 
+def _engine_kwargs(sweep: dict, a, orientation_a, spacing, omap: bool) -> dict:
+    """The engine's keywords from the config's ``sweep`` section, shared by the job's calls."""
+    kwargs = {} if sweep["truncate"] is None else {"truncate": sweep["truncate"]}
+    return dict(a=a, spacing=spacing, mode=sweep["mode"], orientation_map=omap,
+                orientation_a=orientation_a, integration_scale=sweep.get("integration_scale"),
+                orientation_boundary=sweep.get("orientation_boundary", "mean"), **kwargs)
+
+
 #: The warm-up sweep's volume: a few voxels, whatever the kernels' support.
 WARM_UP_SHAPE = (8, 8, 8)
+
+
+def _warm_up(theta, phi, xi, **sweep_kw):
+    """The job's sweep with one kernel (its first θ and φ, its largest ξ), for a tiny volume."""
+    from volsweep.engine import sweep as run_sweep
+
+    return functools.partial(run_sweep, theta=[theta[0]], phi=[phi[0]], xi=[max(xi)],
+                             progress=False, **sweep_kw)
 
 
 def _start_gpu(warm_up):
     """Start the GPU for the sweep: ``warm_up`` (the job's sweep with one kernel) on a tiny
     volume creates the CUDA context, loads cuFFT and the engine's kernels and runs each
-    kernel once, which a process's first sweep would otherwise pay for.  Errors are left to
-    the sweep itself, which reports them with its own message."""
+    kernel once, which a process's first sweep would otherwise pay for.  Its errors are
+    logged; the sweep itself reports a device's errors with its own message."""
+    start = time.perf_counter()
     try:
         warm_up(np.zeros(WARM_UP_SHAPE, dtype=np.float32))
-    except Exception:  # noqa: BLE001 - the sweep itself raises the real error
-        pass
+    except Exception as exc:  # noqa: BLE001 - the sweep itself raises the real error
+        log.info("sweep: the GPU's warm-up failed (%s: %s)", type(exc).__name__, exc)
+    else:
+        log.info("sweep: GPU started in %.2f s", time.perf_counter() - start)
 
 
 def _put_once(put, stored, arrays):
