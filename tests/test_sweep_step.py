@@ -71,12 +71,26 @@ def test_the_warm_up_is_the_jobs_sweep_with_one_kernel():
     assert float(ds["xi"][0]) == 3.0 and "response_max" in ds  # xi = 1 has no direction
 
 
-def test_a_failing_warm_up_is_left_to_the_sweep():
+def test_a_failing_warm_up_is_left_to_the_sweep(monkeypatch, caplog):
     calls = []
 
     def warm_up(volume):
         calls.append(volume.shape)
         raise RuntimeError("no device")
 
-    sweep_step._start_gpu(warm_up)  # the sweep, not its warm-up, reports a device's errors
+    assert sweep_step._start_gpu("cpu", warm_up) == "cpu" and not calls  # no GPU, no warm-up
+    monkeypatch.setattr(sweep_step, "uses_gpu", lambda device: True)
+    with caplog.at_level("INFO", logger="volsweep"):
+        assert sweep_step._start_gpu("auto", warm_up) == "cuda"  # the sweep reports a device's errors
     assert calls == [sweep_step.WARM_UP_SHAPE]
+    assert "warm-up failed (RuntimeError: no device)" in caplog.text
+
+
+def test_cuda_without_a_gpu_fails_before_any_output(tmp_path):
+    from volsweep.backend import cuda_available
+
+    if cuda_available():
+        pytest.skip("needs a machine without a CUDA GPU")
+    with pytest.raises(RuntimeError, match="device='cuda' was requested but no CUDA GPU"):
+        _job(tmp_path, "cuda")
+    assert not (tmp_path / "sweep.nc").exists() and not (tmp_path / "orientation.zarr").exists()

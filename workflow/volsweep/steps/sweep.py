@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 import time
 
 import numpy as np
 
 from volsweep.io import orientation as orientation_store
 from volsweep.io.complete import require_complete
-from volsweep.steps._common import MB, open_volume_store, store_root, uses_gpu
+from volsweep.steps._common import MB, in_background, open_volume_store, store_root, uses_gpu
 
 log = logging.getLogger("volsweep")
 
@@ -56,18 +55,22 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     """
     from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
-    dev = "cuda" if uses_gpu(device) else "cpu"
+    xi, stats = sweep["xi"], tuple(sweep["stats"])
+    omap = orientation_zarr is not None
+    warm_kw = _engine_kwargs(sweep, 1.0 if sweep["a"] == "auto" else sweep["a"], None, (1.0,) * 3, omap)
+    # The device is resolved, and a GPU started, while the volume is read.
+    starting = in_background(_start_gpu, device,
+                             _warm_up(theta, phi, xi, stats=stats, device=device, **warm_kw))
     store, spacing = open_volume_store(volume_zarr)
     a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
-    xi, stats, omap = sweep["xi"], tuple(sweep["stats"]), orientation_zarr is not None
     engine_kw = _engine_kwargs(sweep, a, orientation_a, spacing, omap)
-    gpu_ready = threading.Thread(target=_start_gpu, daemon=True,
-                                 args=(_warm_up(theta, phi, xi, stats=stats, device=device, **engine_kw),))
-    if dev == "cuda":  # CUDA, cuFFT and the engine's kernels start while the volume is read
-        gpu_ready.start()
     start = time.perf_counter()
     volume = store[...]
     log.info("sweep: read %s %s in %.2f s", volume.dtype, volume.shape, time.perf_counter() - start)
+    start = time.perf_counter()
+    dev = starting.result()
+    if time.perf_counter() - start > 0.01:
+        log.info("sweep: waited %.2f s for the %s", time.perf_counter() - start, dev.upper())
     est = sweep_cost(volume.shape, theta, phi, xi, device=dev, stats=stats, **engine_kw)
     log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
              est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
@@ -83,10 +86,6 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                 store_root(orientation_zarr), volume.shape, theta_offset=theta_offset,
                 chunks=store.chunks, shards=store.shards, spacing=spacing, attrs=attrs))
             run = functools.partial(run, on_map=functools.partial(_put_once, put, stored := set()))
-        if gpu_ready.is_alive():
-            start = time.perf_counter()
-            gpu_ready.join()
-            log.info("sweep: waited %.2f s for the GPU", time.perf_counter() - start)
         start = time.perf_counter()
         ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
         log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
@@ -130,11 +129,15 @@ def _warm_up(theta, phi, xi, **sweep_kw):
                              progress=False, **sweep_kw)
 
 
-def _start_gpu(warm_up):
-    """Start the GPU for the sweep: ``warm_up`` (the job's sweep with one kernel) on a tiny
-    volume creates the CUDA context, loads cuFFT and the engine's kernels and runs each
-    kernel once, which a process's first sweep would otherwise pay for.  Its errors are
-    logged; the sweep itself reports a device's errors with its own message."""
+def _start_gpu(device, warm_up) -> str:
+    """The device the job computes on; on a GPU, ``warm_up`` (the job's sweep with one
+    kernel) runs on a tiny volume first: it creates the CUDA context, loads cuFFT and the
+    engine's kernels and runs each kernel once, which a process's first sweep would
+    otherwise pay for.  The warm-up's errors are logged; the sweep itself reports a
+    device's errors with its own message."""
+    dev = "cuda" if uses_gpu(device) else "cpu"
+    if dev == "cpu":
+        return dev
     start = time.perf_counter()
     try:
         warm_up(np.zeros(WARM_UP_SHAPE, dtype=np.float32))
@@ -142,6 +145,7 @@ def _start_gpu(warm_up):
         log.info("sweep: the GPU's warm-up failed (%s: %s)", type(exc).__name__, exc)
     else:
         log.info("sweep: GPU started in %.2f s", time.perf_counter() - start)
+    return dev
 
 
 def _put_once(put, stored, arrays):
