@@ -31,7 +31,7 @@ def _job(tmp_path, device):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_the_job_writes_the_library_sweep(tmp_path, device, caplog):
+def test_the_job_writes_the_library_sweep(tmp_path, device):
     if device == "cuda":
         pytest.importorskip("cupy")
         from volsweep.backend import cuda_available
@@ -39,10 +39,7 @@ def test_the_job_writes_the_library_sweep(tmp_path, device, caplog):
             pytest.skip("no CUDA GPU")
     import volsweep
 
-    with caplog.at_level("INFO", logger="volsweep"):
-        config, vol, theta, phi = _job(tmp_path, device)
-    started = [r.getMessage() for r in caplog.records if "GPU started" in r.getMessage()]
-    assert len(started) == (device == "cuda")  # the warm-up ran, and did not fail
+    config, vol, theta, phi = _job(tmp_path, device)
     sw = config["sweep"]
     expected = volsweep.sweep(vol[...], theta, phi, np.asarray(sw["xi"]), a=sw["a"],
                               spacing=vol.attrs["spacing"], mode=sw["mode"], device=device,
@@ -54,36 +51,6 @@ def test_the_job_writes_the_library_sweep(tmp_path, device, caplog):
     np.testing.assert_array_equal(group["0"][...], expected["response_max"].values)
     for dim in ("theta", "phi", "xi"):
         np.testing.assert_array_equal(group[f"argmax_{dim}"][...], expected[f"argmax_{dim}"].values)
-
-
-def test_the_warm_up_is_the_jobs_sweep_with_one_kernel():
-    config = validate_config({"volumes": {"v": {"synthetic": {"shape": [9, 9, 9]}}},
-                              "sweep": {"a": [1.0, 2.0], "xi": [1.0, 3.0], "orientation_map": True},
-                              "thickness": {"enabled": False}},
-                             configfile="test.yaml", check_volumes=False, estimate=False,
-                             announce=False)
-    sw = config["sweep"]
-    kw = sweep_step._engine_kwargs(sw, sw["a"], None, [1.0, 1.0, 1.0], True)
-    theta, phi = angle_values(sw["theta"]), angle_values(sw["phi"])
-    warm_up = sweep_step._warm_up(theta, phi, sw["xi"], stats=tuple(sw["stats"]), device="cpu", **kw)
-    ds = warm_up(np.zeros(sweep_step.WARM_UP_SHAPE, dtype=np.float32))
-    assert ds.sizes["theta"] == ds.sizes["phi"] == ds.sizes["xi"] == 1 and ds.sizes["a"] == 2
-    assert float(ds["xi"][0]) == 3.0 and "response_max" in ds  # xi = 1 has no direction
-
-
-def test_a_failing_warm_up_is_left_to_the_sweep(monkeypatch, caplog):
-    calls = []
-
-    def warm_up(volume):
-        calls.append(volume.shape)
-        raise RuntimeError("no device")
-
-    assert sweep_step._start_gpu("cpu", warm_up) == "cpu" and not calls  # no GPU, no warm-up
-    monkeypatch.setattr(sweep_step, "uses_gpu", lambda device: True)
-    with caplog.at_level("INFO", logger="volsweep"):
-        assert sweep_step._start_gpu("auto", warm_up) == "cuda"  # the sweep reports a device's errors
-    assert calls == [sweep_step.WARM_UP_SHAPE]
-    assert "warm-up failed (RuntimeError: no device)" in caplog.text
 
 
 def test_cuda_without_a_gpu_fails_before_any_output(tmp_path):

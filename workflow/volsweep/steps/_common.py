@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
 from pathlib import Path
 
 from volsweep.io.store import open_store
@@ -39,17 +37,3 @@ def device_label(device) -> str:
     from volsweep.backend import device_name, resolve_device
 
     return device_name(resolve_device(device))
-
-
-def in_background(func, *args) -> Future:
-    """``func(*args)`` in a daemon thread (a failed job does not wait for it)."""
-    done = Future()
-
-    def run():
-        try:
-            done.set_result(func(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
-            done.set_exception(exc)
-
-    threading.Thread(target=run, daemon=True).start()
-    return done

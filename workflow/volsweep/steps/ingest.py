@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 
 from volsweep.io.readers import VolumeError, open_volume, source_sha256, volume_where
 from volsweep.io.store import ingest
-from volsweep.steps._common import MB, in_background, store_root
+from volsweep.steps._common import MB, store_root
 
 log = logging.getLogger("volsweep")
 
@@ -51,7 +53,21 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: flo
         **({"unit": unit} if unit else {}),
         **({"phase": rule} if rule else {}),
     }
-    sha = in_background(source_sha256, entry, source)  # hashed while the store is written
+    sha = _in_background(source_sha256, entry, source)  # hashed while the store is written
     ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=buffer_mb * MB,
            attrs=attrs, name=name, spacing=spacing, unit=unit,
            where=volume_where(entry, name), late_attrs=lambda: {"source_sha256": sha.result()})
+
+
+def _in_background(func, *args) -> Future:
+    """``func(*args)`` in a daemon thread (a failed ingest does not wait for it)."""
+    done = Future()
+
+    def run():
+        try:
+            done.set_result(func(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
+            done.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return done

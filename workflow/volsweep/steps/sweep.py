@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 
 import numpy as np
 
 from volsweep.io import orientation as orientation_store
 from volsweep.io.complete import require_complete
-from volsweep.steps._common import MB, in_background, open_volume_store, store_root, uses_gpu
+from volsweep.steps._common import MB, open_volume_store, store_root, uses_gpu
 
 log = logging.getLogger("volsweep")
 
@@ -55,29 +56,32 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
     """
     from volsweep.engine import memory_needs, sweep as run_sweep, sweep_cost
 
-    xi, stats = sweep["xi"], tuple(sweep["stats"])
-    omap = orientation_zarr is not None
-    warm_kw = _engine_kwargs(sweep, 1.0 if sweep["a"] == "auto" else sweep["a"], None, (1.0,) * 3, omap)
-    # The device is resolved, and a GPU started, while the volume is read.
-    starting = in_background(_start_gpu, device,
-                             _warm_up(theta, phi, xi, stats=stats, device=device, **warm_kw))
+    dev = "cuda" if uses_gpu(device) else "cpu"
+    gpu_ready = threading.Thread(target=_start_gpu, daemon=True)
+    if dev == "cuda":  # the CUDA context and the engine's kernels load while the volume is read
+        gpu_ready.start()
     store, spacing = open_volume_store(volume_zarr)
-    a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
-    engine_kw = _engine_kwargs(sweep, a, orientation_a, spacing, omap)
     start = time.perf_counter()
     volume = store[...]
     log.info("sweep: read %s %s in %.2f s", volume.dtype, volume.shape, time.perf_counter() - start)
-    start = time.perf_counter()
-    dev = starting.result()
-    if time.perf_counter() - start > 0.01:
-        log.info("sweep: waited %.2f s for the %s", time.perf_counter() - start, dev.upper())
-    est = sweep_cost(volume.shape, theta, phi, xi, device=dev, stats=stats, **engine_kw)
+    a, orientation_a = sweep_scales(sweep["a"], thickness_nc)
+    xi, truncate = sweep["xi"], sweep["truncate"]
+    omap = orientation_zarr is not None
+    kwargs = {"truncate": truncate} if truncate is not None else {}
+    kwargs.update(integration_scale=sweep.get("integration_scale"),
+                  orientation_boundary=sweep.get("orientation_boundary", "mean"))
+    est = sweep_cost(volume.shape, theta, phi, xi, a=a, spacing=spacing, mode=sweep["mode"],
+                     device=dev, stats=tuple(sweep["stats"]),
+                     orientation_map=omap, orientation_a=orientation_a, **kwargs)
     log.info("sweep: %d unique kernels, FFT shapes %s, estimated %.1f s, %.2f GB",
              est["n_unique_kernels"], est["fft_shapes"], est["seconds"], est["peak_bytes"] / 1e9)
     run = functools.partial(run_sweep, volume, np.asarray(theta), np.asarray(phi), np.asarray(xi),
-                            stats=stats, device=device, progress=True, unit=store.attrs.get("unit"),
-                            **engine_kw)
-    untiled, smallest = memory_needs(volume.shape, theta, phi, xi, device=dev, **engine_kw)
+                            a=a, spacing=spacing, mode=sweep["mode"], stats=tuple(sweep["stats"]),
+                            device=device, progress=True, orientation_map=omap,
+                            orientation_a=orientation_a, unit=store.attrs.get("unit"), **kwargs)
+    untiled, smallest = memory_needs(volume.shape, theta, phi, xi, a=a, spacing=spacing,
+                                     orientation_map=omap, mode=sweep["mode"], device=dev,
+                                     orientation_a=orientation_a, **kwargs)
     limit = None if device_memory_mb is None else device_memory_mb * MB
     with contextlib.ExitStack() as stack:
         if omap:  # the map's arrays are stored while the statistics pass runs
@@ -86,6 +90,10 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                 store_root(orientation_zarr), volume.shape, theta_offset=theta_offset,
                 chunks=store.chunks, shards=store.shards, spacing=spacing, attrs=attrs))
             run = functools.partial(run, on_map=functools.partial(_put_once, put, stored := set()))
+        if gpu_ready.is_alive():
+            start = time.perf_counter()
+            gpu_ready.join()
+            log.info("sweep: waited %.2f s for the GPU", time.perf_counter() - start)
         start = time.perf_counter()
         ds = _sweep_halving_on_oom(run, limit, untiled, smallest)
         log.info("sweep: computed in %.2f s (estimated %.1f s)", time.perf_counter() - start,
@@ -109,43 +117,19 @@ def sweep(volume_zarr, out_nc, *, theta, phi, sweep: dict, device, provenance: d
                  time.perf_counter() - stats_written)
 
 
-def _engine_kwargs(sweep: dict, a, orientation_a, spacing, omap: bool) -> dict:
-    """The engine's keywords from the config's ``sweep`` section, shared by the job's calls."""
-    kwargs = {} if sweep["truncate"] is None else {"truncate": sweep["truncate"]}
-    return dict(a=a, spacing=spacing, mode=sweep["mode"], orientation_map=omap,
-                orientation_a=orientation_a, integration_scale=sweep.get("integration_scale"),
-                orientation_boundary=sweep.get("orientation_boundary", "mean"), **kwargs)
-
-
-#: The warm-up sweep's volume: a few voxels, whatever the kernels' support.
-WARM_UP_SHAPE = (8, 8, 8)
-
-
-def _warm_up(theta, phi, xi, **sweep_kw):
-    """The job's sweep with one kernel (its first θ and φ, its largest ξ), for a tiny volume."""
-    from volsweep.engine import sweep as run_sweep
-
-    return functools.partial(run_sweep, theta=[theta[0]], phi=[phi[0]], xi=[max(xi)],
-                             progress=False, **sweep_kw)
-
-
-def _start_gpu(device, warm_up) -> str:
-    """The device the job computes on; on a GPU, ``warm_up`` (the job's sweep with one
-    kernel) runs on a tiny volume first: it creates the CUDA context, loads cuFFT and the
-    engine's kernels and runs each kernel once, which a process's first sweep would
-    otherwise pay for.  The warm-up's errors are logged; the sweep itself reports a
-    device's errors with its own message."""
-    dev = "cuda" if uses_gpu(device) else "cpu"
-    if dev == "cpu":
-        return dev
-    start = time.perf_counter()
+def _start_gpu():
+    """Create the CUDA context and load the engine's compiled kernels (errors are left to
+    the engine, which reports them with its own message)."""
     try:
-        warm_up(np.zeros(WARM_UP_SHAPE, dtype=np.float32))
-    except Exception as exc:  # noqa: BLE001 - the sweep itself raises the real error
-        log.info("sweep: the GPU's warm-up failed (%s: %s)", type(exc).__name__, exc)
-    else:
-        log.info("sweep: GPU started in %.2f s", time.perf_counter() - start)
-    return dev
+        import cupy
+
+        from volsweep.engine import _gpu
+
+        cupy.zeros(1).sum()
+        _gpu._module(False, names=()).get_function("mul_spec")
+        _gpu._energy_module()
+    except Exception:  # noqa: BLE001 - the sweep itself raises the real error
+        pass
 
 
 def _put_once(put, stored, arrays):
