@@ -72,8 +72,8 @@ def _draw_ball(phase, spacing, c, radius):
     box = [_window(c[a] - radius, c[a] + radius, spacing[a], phase.shape[a]) for a in range(3)]
     x, y, z = (np.arange(lo, hi, dtype=np.float64).reshape([-1 if k == a else 1 for k in range(3)])
                * spacing[a] - c[a] for a, (lo, hi) in enumerate(box))
-    region = tuple(slice(lo, hi) for lo, hi in box)
-    phase[region] |= x ** 2 + y ** 2 + z ** 2 < radius * radius
+    region = phase[tuple(slice(lo, hi) for lo, hi in box)]
+    region[x ** 2 + y ** 2 + z ** 2 < radius * radius] = True  # only the ball's voxels: threads share phase
 
 
 def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=(1.0, 1.0, 1.0)):
@@ -131,7 +131,8 @@ def synthetic_volume(shape, *, fibres=(), pores=(), seed=0, noise=0.05, spacing=
                 raise ValueError(f"pores: no room for a pore of radius={r} in shape={shape}")
             spheres.append((c, r))
     phase = np.zeros(shape, dtype=bool)
-    # Shapes only set voxels (a union): drawn in any order, on threads, the phase is the same.
+    # Each shape only sets its own voxels (never reads and writes back others): drawn in any
+    # order, on threads, the phase is their union.
     draws = [functools.partial(_draw_fibre, phase, spacing, c, u, r) for c, u, r in axes]
     draws += [functools.partial(_draw_ball, phase, spacing, c, r) for c, r in spheres]
     with ThreadPoolExecutor(max_workers=cpu_threads()) as pool:
