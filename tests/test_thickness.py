@@ -464,3 +464,43 @@ def test_rest_of_side_test_never_claims_a_disc_outside_the_neighbours(weights):
                 assert not K._rest_hidden(bound, c, d, rp, wx, wy, wz), (rp, c, d)
                 claimed += K._rest_hidden(2 * bound + 16, c, d, rp, wx, wy, wz)
     assert tried > 1000 and claimed > tried // 4  # and it is not a test that never says True
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
+def test_far_pruning_drops_only_balls_inside_their_container(spacing):
+    # prune_far's claim, checked offset by offset in integers: every lattice point of a
+    # dropped ball lies strictly inside the ball of the centre it names, which comes
+    # first in the order (larger D2).
+    phase = solid_with_pores((40, 33, 29), 3, 5)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    every = np.flatnonzero(phase.ravel())
+    r2min = (CPU.FAR_MIN_RADIUS * min(weights)) ** 2
+    inside = np.empty(every.size, np.int64)
+    CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, 0, 0, 0,
+                             *phase.shape, np.inf, float(r2min), inside, 0, every.size)
+    dropped = np.flatnonzero(inside >= 0)
+    assert dropped.size > 0.05 * every.size
+    w = np.asarray(weights, np.int64)
+    reach = int(math.isqrt(int(d2.reshape(-1)[every[dropped]].max())))
+    grid = np.stack(np.meshgrid(*[np.arange(-(reach // v) - 1, reach // v + 2) for v in w],
+                                indexing="ij"), -1).reshape(-1, 3)
+    norm = ((grid * w) ** 2).sum(1)
+    rng = np.random.default_rng(0)
+    for m in rng.choice(dropped, min(300, dropped.size), replace=False):
+        p = np.array(np.unravel_index(every[m], phase.shape))
+        q = np.array(np.unravel_index(inside[m], phase.shape))
+        a, b = int(d2[tuple(p)]), int(d2[tuple(q)])
+        assert b > a >= r2min
+        ball = grid[norm < a] + p - q
+        assert (((ball * w) ** 2).sum(1) < b).all(), (p, q, a, b)
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
+def test_far_pruned_solid_equals_oracle_whole_and_chunked(spacing):
+    # A solid deep enough for far pruning (radii well past FAR_MIN_RADIUS).
+    phase = solid_with_pores((36, 31, 27), 3, 6)
+    whole = T.local_thickness(phase, spacing=spacing)
+    np.testing.assert_array_equal(whole, oracle_local_thickness(phase, spacing))
+    out, _ = chunked(phase, (14, 17, 10), spacing)
+    np.testing.assert_array_equal(out, whole)

@@ -30,6 +30,10 @@ _F32_EXACT = float(2**24)
 # Pruning compares squares of sums of squared lengths: exact in float64 below this length.
 _PRUNE_EXACT = float(2**25)
 
+# Centres of smaller balls (in units of the finest weight) are left to the 26-neighbour
+# pruning: fine phases keep no ball that lies inside a farther one on its ray.
+FAR_MIN_RADIUS = 8
+
 
 @functools.cache
 def _kernels():
@@ -155,6 +159,14 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
     cand = np.flatnonzero(mask)
+    r2min = (FAR_MIN_RADIUS * min(wx, wy, wz)) ** 2
+    if cand.size and r2need >= r2min:
+        # balls inside a farther ball on their ray (a solid with few pores keeps most
+        # voxels as centres otherwise)
+        inside = _scratch("prune_far", cand.shape, np.int64)
+        _run(k.prune_far, cand.size, d2, cand, wx, wy, wz, eps, *[int(v) for v in box_lo],
+             *[int(v) for v in box_hi], float(r2keep), float(r2min), inside)
+        cand = cand[inside < 0]
     return cand, mask.reshape(-1)[cand]
 
 
@@ -281,9 +293,10 @@ def memory_bytes(shape) -> int:
     return int(n * per_voxel + _TABLE_BYTES)
 
 
-# Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2 (int64);
+# Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2, the
+# container found by prune_far (int64);
 # rank, uphill bits, slab-list entry and extent; disc-skip mask (uint64).
-_PER_CENTRE = 8 * 6 + 4 * 4 + 8
+_PER_CENTRE = 8 * 7 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
 # half-width tables, int64; plus the pruning table (level lookup and offsets).
 _TABLE_BYTES = 8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40

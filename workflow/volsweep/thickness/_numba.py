@@ -301,6 +301,100 @@ def uphill_bits(d2, cand):
     return out
 
 
+# prune_far tries the points of a centre's ray at these fractions of its farthest
+# in-array point, nearest last (a farther point contains more; a nearer one stays in the
+# same Voronoi cell more often).
+FAR_STEP = 0.7
+
+
+@njit(**_OPTS)
+def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, out, m0,
+              m1):
+    # For centres cand[m0:m1]: out[m] = the flat index of a centre q whose ball holds the
+    # whole ball of cand[m] (-1 if none found).  Where p and its six neighbours share their
+    # nearest background voxel s, central differences of D2 give p - s exactly, and the
+    # balls along the ray from s through p grow faster than they move: q is tried on that
+    # ray.  Every lattice offset o of p's ball has |o|^2 <= a - 1 (a = D2(p), integers), so
+    # the ball is inside q's when sqrt(a - 1) + |q - p| < sqrt(D2(q)), in squared form
+    # el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1), which is exact
+    # (eps = 0) below prune's exact bound; D2(q) > a, so q comes first in the order.
+    # Centres with a < r2min are left to prune (their neighbours decide them).
+    n0, n1, n2 = d2.shape
+    wx = sx * sx
+    wy = sy * sy
+    wz = sz * sz
+    for m in range(m0, m1):
+        out[m] = -1
+        p = cand[m]
+        i = p // (n1 * n2)
+        j = (p // n2) % n1
+        k = p % n2
+        a = d2[i, j, k]
+        if not (r2min <= a < np.inf) or i == 0 or j == 0 or k == 0 or i == n0 - 1 \
+                or j == n1 - 1 or k == n2 - 1:
+            continue
+        ux = (d2[i + 1, j, k] - d2[i - 1, j, k]) / (4.0 * wx)
+        uy = (d2[i, j + 1, k] - d2[i, j - 1, k]) / (4.0 * wy)
+        uz = (d2[i, j, k + 1] - d2[i, j, k - 1]) / (4.0 * wz)
+        if not (math.isfinite(ux) and math.isfinite(uy) and math.isfinite(uz)):
+            continue
+        # the farthest point p + c u in the array, c <= 2
+        c = 2.0
+        if ux > 0:
+            c = min(c, (n0 - 1 - i + 0.49) / ux)
+        elif ux < 0:
+            c = min(c, (i + 0.49) / -ux)
+        if uy > 0:
+            c = min(c, (n1 - 1 - j + 0.49) / uy)
+        elif uy < 0:
+            c = min(c, (j + 0.49) / -uy)
+        if uz > 0:
+            c = min(c, (n2 - 1 - k + 0.49) / uz)
+        elif uz < 0:
+            c = min(c, (k + 0.49) / -uz)
+        pi = 0
+        pj = 0
+        pk = 0
+        while True:
+            vi = int(math.floor(c * ux + 0.5))
+            vj = int(math.floor(c * uy + 0.5))
+            vk = int(math.floor(c * uz + 0.5))
+            if vi == 0 and vj == 0 and vk == 0:
+                break
+            c *= FAR_STEP
+            if vi == pi and vj == pj and vk == pk:
+                continue
+            pi = vi
+            pj = vj
+            pk = vk
+            ii = i + vi
+            jj = j + vj
+            kk = k + vk
+            if ii < 0 or jj < 0 or kk < 0 or ii >= n0 or jj >= n1 or kk >= n2:
+                continue
+            b = d2[ii, jj, kk]
+            if b == np.inf:
+                continue
+            # q must be a centre prune may keep (within r2keep of the box)
+            gi = lo0 - ii if ii < lo0 else (ii - hi0 + 1 if ii >= hi0 else 0)
+            gj = lo1 - jj if jj < lo1 else (jj - hi1 + 1 if jj >= hi1 else 0)
+            gk = lo2 - kk if kk < lo2 else (kk - hi2 + 1 if kk >= hi2 else 0)
+            x = gi * sx
+            y = gj * sy
+            z = gk * sz
+            if not (x * x + y * y) + z * z < r2keep:
+                continue
+            x = vi * sx
+            y = vj * sy
+            z = vk * sz
+            v2 = (x * x + y * y) + z * z
+            el = b - v2 - (a - 1.0)
+            if el > 0.0 and el * el > 4.0 * v2 * (a - 1.0) * (1.0 + eps):
+                out[m] = (ii * n1 + jj) * n2 + kk
+                break
+    return out
+
+
 @njit(**_OPTS)
 def half(base, r2, s):
     # Largest h >= 0 with base + (h*s)*(h*s) < r2, or -1.
