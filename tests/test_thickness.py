@@ -475,10 +475,10 @@ def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     weights, _ = TAB.lattice(spacing)
     d2 = CPU.edt_sq(phase, weights).copy()
     every = np.flatnonzero(phase.ravel())
-    r2min = (CPU.FAR_MIN_RADIUS * min(weights)) ** 2
+    r2min = TAB.far_min_r2(weights)
     inside = np.empty(every.size, np.int64)
     CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, 0, 0, 0,
-                             *phase.shape, np.inf, float(r2min), inside, 0, every.size)
+                             *phase.shape, np.inf, r2min, TAB.FAR_STEP, inside, 0, every.size)
     dropped = np.flatnonzero(inside >= 0)
     assert dropped.size > 0.05 * every.size
     w = np.asarray(weights, np.int64)
@@ -498,7 +498,7 @@ def test_far_pruning_drops_only_balls_inside_their_container(spacing):
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
 def test_far_pruned_solid_equals_oracle_whole_and_chunked(spacing):
-    # A solid deep enough for far pruning (radii well past FAR_MIN_RADIUS).
+    # A solid deep enough for far pruning (radii well past TAB.FAR_MIN_RADIUS).
     phase = solid_with_pores((36, 31, 27), 3, 6)
     whole = T.local_thickness(phase, spacing=spacing)
     np.testing.assert_array_equal(whole, oracle_local_thickness(phase, spacing))

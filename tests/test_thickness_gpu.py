@@ -33,6 +33,7 @@ def blobs(shape, porosity=0.5, sigma=2.0, seed=0):
 SHIM = r"""
 #include <cmath>
 #include <cstring>
+using std::isfinite;
 struct D3 { unsigned x, y, z; };
 static D3 threadIdx, blockIdx, blockDim;
 #define __global__
@@ -63,6 +64,13 @@ extern "C" void run_prune(unsigned grid, unsigned block, const double* d2, unsig
                           long long nlev, const double* need, double r2cap)
 { LAUNCH(lt_prune, d2, keep, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
          levels, nlev, need, r2cap) }
+extern "C" void run_prune_far(unsigned grid, unsigned block, const double* d2, const long long* cand,
+                              long long ncand, long long n0, long long n1, long long n2, double sx,
+                              double sy, double sz, double eps, long long lo0, long long lo1,
+                              long long lo2, long long hi0, long long hi1, long long hi2,
+                              double r2keep, double r2min, double step, unsigned char* keep)
+{ LAUNCH(lt_prune_far, d2, cand, ncand, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
+         r2keep, r2min, step, keep) }
 extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand,
                                const long long* sel, long long nsel, const double* d2,
                                const unsigned int* rank, long long n1, long long n2,
@@ -111,6 +119,18 @@ def _p(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
+def emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep):
+    """lt_prune_far's keep flags (uint8) of the centres ``cand``."""
+    L, D = ctypes.c_longlong, ctypes.c_double
+    keep = np.empty(cand.size, np.uint8)
+    cand = np.ascontiguousarray(cand, np.int64)
+    lib.run_prune_far((cand.size + 63) // 64, 64, _p(d2), _p(cand), L(cand.size),
+                      *[L(v) for v in d2.shape], *[D(float(w)) for w in weights], D(0.0),
+                      *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep),
+                      D(TAB.far_min_r2(weights)), D(TAB.FAR_STEP), _p(keep))
+    return keep
+
+
 def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None,
                        brute_span=None):
     """The GPU module's pipeline, step for step, with the kernels run on the CPU
@@ -148,6 +168,8 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
                   *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep), _p(levels),
                   L(levels.size), _p(need), D(cap))
     cand = np.flatnonzero(keep).astype(np.int64)
+    if cand.size and r2need >= TAB.far_min_r2(weights):
+        cand = cand[emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep) == 1]
     r2s = d2.ravel()[cand]
     values = np.unique(r2s)
     rank = (np.searchsorted(values, r2s) + 1).astype(np.uint32)
@@ -218,6 +240,29 @@ def test_cuda_source_emulated_solid_with_pores(emulated, spacing, brute_span):
         d2, lt = emulated_thickness(emulated, phase, spacing, brute_span=brute_span)
         np.testing.assert_array_equal(d2, oracle_d2_int(phase, spacing)[0])
         np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
+def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacing):
+    # The same centres dropped as the CPU's prune_far, in the whole box and in a core box
+    # with a finite keep radius; and the emulated pipeline equals the brute force.
+    from volsweep.thickness import _cpu as CPU
+
+    phase = solid_with_pores((36, 31, 27), 3, 6)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    every = np.flatnonzero(phase.ravel())
+    near = float((6 * max(weights)) ** 2)
+    for lo, hi, r2keep in [((0, 0, 0), phase.shape, np.inf), ((5, 7, 3), (30, 20, 22), near)]:
+        inside = np.empty(every.size, np.int64)
+        CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, *lo, *hi,
+                                 r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP, inside, 0,
+                                 every.size)
+        keep = emulated_prune_far(emulated, d2, every, weights, lo, hi, r2keep)
+        assert (inside >= 0).sum() > 0.01 * every.size
+        np.testing.assert_array_equal(keep == 1, inside < 0)
+    _, lt = emulated_thickness(emulated, phase, spacing)
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
 def test_cuda_source_emulated_beyond_the_integer_tables(emulated):

@@ -22,17 +22,13 @@ import numpy as np
 
 from volsweep.backend import cpu_threads
 
-from ._tables import (INT_TABLE_MAX, diameter_lut, disc_need_table, half_table,
-                                level_lut, prune_table)
+from ._tables import (FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
+                      half_table, level_lut, prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
 # Pruning compares squares of sums of squared lengths: exact in float64 below this length.
 _PRUNE_EXACT = float(2**25)
-
-# Centres of smaller balls (in units of the finest weight) are left to the 26-neighbour
-# pruning: fine phases keep no ball that lies inside a farther one on its ray.
-FAR_MIN_RADIUS = 8
 
 
 @functools.cache
@@ -159,13 +155,13 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut, mask)
     cand = np.flatnonzero(mask)
-    r2min = (FAR_MIN_RADIUS * min(wx, wy, wz)) ** 2
+    r2min = far_min_r2(weights)
     if cand.size and r2need >= r2min:
         # balls inside a farther ball on their ray (a solid with few pores keeps most
         # voxels as centres otherwise)
         inside = _scratch("prune_far", cand.shape, np.int64)
         _run(k.prune_far, cand.size, d2, cand, wx, wy, wz, eps, *[int(v) for v in box_lo],
-             *[int(v) for v in box_hi], float(r2keep), float(r2min), inside)
+             *[int(v) for v in box_hi], float(r2keep), r2min, FAR_STEP, inside)
         cand = cand[inside < 0]
     return cand, mask.reshape(-1)[cand]
 

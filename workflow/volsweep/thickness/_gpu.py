@@ -11,7 +11,8 @@ FMAs, so the GPU and the CPU give bit-identical results:
    Our own kernels rather than cupyx's ``distance_transform_edt``, which pads
    non-cubic inputs to a cube and returns rooted, not squared, distances.
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
-   (exact table test, ``_tables.prune_table``).
+   (exact table test, ``_tables.prune_table``); ``lt_prune_far``: then those whose ball
+   lies in a larger ball on their ray from the background (the CPU's ``prune_far``).
 3. ``lt_disc_masks``: one thread per 64 planes of a centre's ball sets a bit for every
    disc that lies inside the same plane's disc of an uphill 26-neighbour (exact integer
    table, ``_tables.disc_need_table``); ``lt_paint_rows``: one warp per centre with a
@@ -32,7 +33,8 @@ import math
 
 import numpy as np
 
-from ._tables import INT_TABLE_MAX, diameter_lut, disc_need_table, prune_table
+from ._tables import (FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
+                      prune_table)
 
 CUDA_SOURCE = r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -336,6 +338,65 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
     keep[p] = res;
 }
 
+/* For centres cand[m]: keep[m] = 0 when the ball of cand[m] lies inside the ball of a centre
+   q on its ray from the background, else 1 (the CPU's prune_far, step for step).  Central
+   differences of D2 give p - s (s: the nearest background voxel), q = p + round(c u) for c
+   from the farthest in-array point (c <= 2) shrinking by `step`; the ball is inside q's when
+   el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1) (exact; D2(q) > a, so
+   q comes first in the order).  Centres with a < r2min are kept (prune decided them). */
+extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const long long* __restrict__ cand,
+                                        long long ncand, long long n0, long long n1, long long n2,
+                                        double sx, double sy, double sz, double eps,
+                                        long long lo0, long long lo1, long long lo2,
+                                        long long hi0, long long hi1, long long hi2, double r2keep,
+                                        double r2min, double step, unsigned char* __restrict__ keep)
+{
+    long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (m >= ncand) return;
+    keep[m] = 1;
+    long long p = cand[m];
+    long long i = p / (n1 * n2), j = (p / n2) % n1, k = p % n2;
+    double a = d2[p];
+    if (!(r2min <= a && a < LT_INF) || i == 0 || j == 0 || k == 0 || i == n0 - 1
+        || j == n1 - 1 || k == n2 - 1) return;
+    double ux = (d2[p + n1 * n2] - d2[p - n1 * n2]) / (4.0 * __dmul_rn(sx, sx));
+    double uy = (d2[p + n2] - d2[p - n2]) / (4.0 * __dmul_rn(sy, sy));
+    double uz = (d2[p + 1] - d2[p - 1]) / (4.0 * __dmul_rn(sz, sz));
+    if (!(isfinite(ux) && isfinite(uy) && isfinite(uz))) return;
+    double c = 2.0;
+    if (ux > 0) c = fmin(c, ((double)(n0 - 1 - i) + 0.49) / ux);
+    else if (ux < 0) c = fmin(c, ((double)i + 0.49) / -ux);
+    if (uy > 0) c = fmin(c, ((double)(n1 - 1 - j) + 0.49) / uy);
+    else if (uy < 0) c = fmin(c, ((double)j + 0.49) / -uy);
+    if (uz > 0) c = fmin(c, ((double)(n2 - 1 - k) + 0.49) / uz);
+    else if (uz < 0) c = fmin(c, ((double)k + 0.49) / -uz);
+    long long pi = 0, pj = 0, pk = 0;
+    for (;;) {
+        long long vi = (long long)floor(__dadd_rn(__dmul_rn(c, ux), 0.5));
+        long long vj = (long long)floor(__dadd_rn(__dmul_rn(c, uy), 0.5));
+        long long vk = (long long)floor(__dadd_rn(__dmul_rn(c, uz), 0.5));
+        if (vi == 0 && vj == 0 && vk == 0) break;
+        c = __dmul_rn(c, step);
+        if (vi == pi && vj == pj && vk == pk) continue;
+        pi = vi; pj = vj; pk = vk;
+        long long ii = i + vi, jj = j + vj, kk = k + vk;
+        if (ii < 0 || jj < 0 || kk < 0 || ii >= n0 || jj >= n1 || kk >= n2) continue;
+        double b = d2[(ii * n1 + jj) * n2 + kk];
+        if (b == LT_INF) continue;
+        long long gi = ii < lo0 ? lo0 - ii : (ii >= hi0 ? ii - hi0 + 1 : 0);
+        long long gj = jj < lo1 ? lo1 - jj : (jj >= hi1 ? jj - hi1 + 1 : 0);
+        long long gk = kk < lo2 ? lo2 - kk : (kk >= hi2 ? kk - hi2 + 1 : 0);
+        double x = __dmul_rn((double)gi, sx), y = __dmul_rn((double)gj, sy), z = __dmul_rn((double)gk, sz);
+        if (!(__dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z)) < r2keep)) continue;
+        x = __dmul_rn((double)vi, sx); y = __dmul_rn((double)vj, sy); z = __dmul_rn((double)vk, sz);
+        double v2 = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+        double am1 = __dadd_rn(a, -1.0);
+        double el = __dadd_rn(__dadd_rn(b, -v2), -am1);
+        double rhs = __dmul_rn(__dmul_rn(__dmul_rn(4.0, v2), am1), __dadd_rn(1.0, eps));
+        if (el > 0.0 && __dmul_rn(el, el) > rhs) { keep[m] = 0; return; }
+    }
+}
+
 /* Painter "rows": one warp per centre, lanes over the rows of each painted disc (every lane
    walks the same discs).  Each row span [l, r] of axis 2 becomes two atomicMax into level
    q = floor(log2(r - l + 1)) of a sparse table M (levels of m0*m1*m2 uint32):
@@ -518,7 +579,19 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
         np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
         *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
         levels, np.int64(levels.size), need, np.float64(cap)))
-    return cp.flatnonzero(keep), None
+    cand = cp.flatnonzero(keep)
+    del keep
+    r2min = far_min_r2(weights)
+    if cand.size and r2need >= r2min:
+        # balls inside a larger ball on their ray (most of a solid with few pores)
+        outside = cp.empty(cand.shape, cp.uint8)
+        _kernel("lt_prune_far")(_grid(cand.size), (_BLOCK,), (
+            d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
+            np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
+            *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
+            np.float64(r2min), np.float64(FAR_STEP), outside))
+        cand = cand[outside.view(cp.bool_)]
+    return cand, None
 
 
 @functools.cache
@@ -630,7 +703,8 @@ def memory_bytes(shape) -> int:
     counts and offsets, visible flags and the painted list."""
     n = math.prod(shape)
     edt = 1 + 8 + 8 + 4 + 4                # input, two passes, envelope scratch
-    prune = 1 + 8 + 1 + 8 + 8 + 8          # input, D2, mask, flatnonzero (index + scan)
+    # input, D2, mask, flatnonzero (index + scan); then far pruning's flags and its copy
+    prune = 1 + 8 + 1 + 8 + 8 + 8
     paint = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 * _levels(shape[2]) + 4
     finish = 1 + 8 + 4 + 4                 # D2 still held, ranks, result
     words = (int(shape[0]) + 63) // 64

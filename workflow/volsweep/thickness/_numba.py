@@ -301,20 +301,14 @@ def uphill_bits(d2, cand):
     return out
 
 
-# prune_far tries the points of a centre's ray at these fractions of its farthest
-# in-array point, nearest last (a farther point contains more; a nearer one stays in the
-# same Voronoi cell more often).
-FAR_STEP = 0.7
-
-
 @njit(**_OPTS)
-def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, out, m0,
-              m1):
+def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step,
+              out, m0, m1):
     # For centres cand[m0:m1]: out[m] = the flat index of a centre q whose ball holds the
     # whole ball of cand[m] (-1 if none found).  Where p and its six neighbours share their
     # nearest background voxel s, central differences of D2 give p - s exactly, and the
     # balls along the ray from s through p grow faster than they move: q is tried on that
-    # ray.  Every lattice offset o of p's ball has |o|^2 <= a - 1 (a = D2(p), integers), so
+    # ray, at c, c*step ... of the farthest in-array point.  Every lattice offset o of p's ball has |o|^2 <= a - 1 (a = D2(p), integers), so
     # the ball is inside q's when sqrt(a - 1) + |q - p| < sqrt(D2(q)), in squared form
     # el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1), which is exact
     # (eps = 0) below prune's exact bound; D2(q) > a, so q comes first in the order.
@@ -361,7 +355,7 @@ def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r
             vk = int(math.floor(c * uz + 0.5))
             if vi == 0 and vj == 0 and vk == 0:
                 break
-            c *= FAR_STEP
+            c *= step
             if vi == pi and vj == pj and vk == pk:
                 continue
             pi = vi

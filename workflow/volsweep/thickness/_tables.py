@@ -25,6 +25,25 @@ LATTICE_RTOL = 1e-9
 EXACT_LIMIT = float(2**53)
 
 
+# Far pruning (a ball inside a larger ball on its ray from the background) looks at
+# centres of radius >= FAR_MIN_RADIUS finest weights (fine phases keep no such ball), and
+# tries points of the ray at c, c*FAR_STEP, c*FAR_STEP**2 ... of the farthest in-array one
+# (a farther point contains more; a nearer one shares the nearest background more often).
+FAR_MIN_RADIUS = 8
+FAR_STEP = 0.7
+
+
+def far_min_r2(weights) -> float:
+    """Smallest squared lattice radius of the centres that far pruning looks at.
+
+    Examples
+    --------
+    >>> far_min_r2((13, 13, 40))
+    10816.0
+    """
+    return float((FAR_MIN_RADIUS * min(weights)) ** 2)
+
+
 @functools.lru_cache(maxsize=64)
 def lattice(spacing) -> tuple[tuple[int, int, int], float]:
     """Integer weights and common scale of a spacing: ``spacing ~= scale * weights``.
