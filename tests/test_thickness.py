@@ -504,3 +504,17 @@ def test_far_pruned_solid_equals_oracle_whole_and_chunked(spacing):
     np.testing.assert_array_equal(whole, oracle_local_thickness(phase, spacing))
     out, _ = chunked(phase, (14, 17, 10), spacing)
     np.testing.assert_array_equal(out, whole)
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
+def test_rows_of_more_than_two_words_equal_oracle(spacing):
+    # Rows of 203 voxels (four 64-bit words) crossed by balls of radius > 64 voxels: the
+    # painter's word-by-word test of long row spans; whole and chunked.
+    phase = solid_with_pores((9, 11, 203), 2, 8)
+    phase[4, 5, 0] = False
+    whole = T.local_thickness(phase, spacing=spacing)
+    d2 = CPU.edt_sq(phase, TAB.lattice(spacing)[0])
+    assert math.isqrt(int(d2[np.isfinite(d2)].max())) // max(TAB.lattice(spacing)[0]) > 64
+    np.testing.assert_array_equal(whole, oracle_local_thickness(phase, spacing))
+    out, _ = chunked(phase, (5, 11, 70), spacing)
+    np.testing.assert_array_equal(out, whole)

@@ -506,6 +506,26 @@ def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank, track):
 
 
 @njit(**_OPTS)
+def _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
+    # Whether row jp (if okp) or row jm (if okm) of slab plane a has an unassigned voxel in
+    # [lft, rgt], word by word (rows longer than two words).
+    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+    wl = lft >> 6
+    wr = rgt >> 6
+    for w in range(wl, wr + 1):
+        m = ALL
+        if w == wl:
+            m &= ALL << np.uint64(lft & 63)
+        if w == wr:
+            m &= ALL >> np.uint64(63 - (rgt & 63))
+        if okp and m & ~asg[a, jp, w]:
+            return True
+        if okm and m & ~asg[a, jm, w]:
+            return True
+    return False
+
+
+@njit(**_OPTS)
 def _row_bits(bits, w, u, bl, br):
     # Bit word u of row bits (bits[w, u], 64 rows each) restricted to rows [bl, br].
     v = bits[w, u]
@@ -645,7 +665,6 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
     return out
 
 
-
 @njit(**_OPTS)
 def _any_rows(agg, jc, kc, rho, hwy, hwz, szi, m1, m2):
     # Some row of the slab that the disc of squared radius rho centred on (row jc,
@@ -726,7 +745,8 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
-    # row, and a row span of at most two words is tested without a branch per word.
+    # row, and a row span of at most two words is tested without a branch per word
+    # (longer ones word by word, _any_free) before anything is written.
     # A slice (the ball's disc in one output plane) is skipped when it lies inside the
     # same plane's disc of an "uphill" 26-neighbour q (masks, from disc_skip_masks_bits):
     # q's ball has a larger D2 (or an equal one and a smaller index), so whatever covers
@@ -814,6 +834,8 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                             free |= (ml & ~asg[a, jm, wl]) | (mr & ~asg[a, jm, wr])
                         if free == ZERO:
                             continue
+                    elif not _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
+                        continue
                     if okp:
                         remaining -= fill_bits(asg, live, agg, full, out, a, jp, oi, lft, rgt, rank,
                                                track)
