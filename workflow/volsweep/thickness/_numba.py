@@ -491,33 +491,31 @@ def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track):
 @njit(**_OPTS)
 def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank, track):
     # fill_word over the voxels [lft, rgt] of row b.
-    wl = lft >> 6
-    wr = rgt >> 6
     tot = 0
-    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-    for w in range(wl, wr + 1):
-        m = ALL
-        if w == wl:
-            m &= ALL << np.uint64(lft & 63)
-        if w == wr:
-            m &= ALL >> np.uint64(63 - (rgt & 63))
-        tot += fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track)
+    for w in range(lft >> 6, (rgt >> 6) + 1):
+        tot += fill_word(asg, live, agg, full, out, a, b, oi, w, _span_word(w, lft, rgt), rank,
+                         track)
     return tot
+
+
+@njit(inline="always", **_OPTS)
+def _span_word(w, lft, rgt):
+    # The bits of word w that lie in the voxel span [lft, rgt] of a row.
+    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+    m = ALL
+    if w == lft >> 6:
+        m &= ALL << np.uint64(lft & 63)
+    if w == rgt >> 6:
+        m &= ALL >> np.uint64(63 - (rgt & 63))
+    return m
 
 
 @njit(**_OPTS)
 def _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
     # Whether row jp (if okp) or row jm (if okm) of slab plane a has an unassigned voxel in
     # [lft, rgt], word by word (rows longer than two words).
-    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-    wl = lft >> 6
-    wr = rgt >> 6
-    for w in range(wl, wr + 1):
-        m = ALL
-        if w == wl:
-            m &= ALL << np.uint64(lft & 63)
-        if w == wr:
-            m &= ALL >> np.uint64(63 - (rgt & 63))
+    for w in range(lft >> 6, (rgt >> 6) + 1):
+        m = _span_word(w, lft, rgt)
         if okp and m & ~asg[a, jp, w]:
             return True
         if okm and m & ~asg[a, jm, w]:
