@@ -499,7 +499,10 @@ def test_far_pruning_drops_only_balls_inside_their_container(spacing):
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
 def test_far_pruned_solid_equals_oracle_whole_and_chunked(spacing):
     # A solid deep enough for far pruning (radii well past TAB.FAR_MIN_RADIUS).
-    phase = solid_with_pores((36, 31, 27), 3, 6)
+    phase = solid_with_pores((31, 26, 23), 3, 6)
+    weights = TAB.lattice(spacing)[0]
+    d2 = CPU.edt_sq(phase, weights)
+    assert d2[np.isfinite(d2)].max() > 2 * TAB.far_min_r2(weights)
     whole = T.local_thickness(phase, spacing=spacing)
     np.testing.assert_array_equal(whole, oracle_local_thickness(phase, spacing))
     out, _ = chunked(phase, (14, 17, 10), spacing)

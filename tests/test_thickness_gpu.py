@@ -245,7 +245,8 @@ def test_cuda_source_emulated_solid_with_pores(emulated, spacing, brute_span):
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacing):
     # The same centres dropped as the CPU's prune_far, in the whole box and in a core box
-    # with a finite keep radius; and the emulated pipeline equals the brute force.
+    # with a finite keep radius; and the emulated pipeline equals the brute force (at one
+    # anisotropic spacing: the brute force is the cost).
     from volsweep.thickness import _cpu as CPU
 
     phase = solid_with_pores((36, 31, 27), 3, 6)
@@ -261,8 +262,9 @@ def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacin
         keep = emulated_prune_far(emulated, d2, every, weights, lo, hi, r2keep)
         assert (inside >= 0).sum() > 0.01 * every.size
         np.testing.assert_array_equal(keep == 1, inside < 0)
-    _, lt = emulated_thickness(emulated, phase, spacing)
-    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+    if spacing == (1, 3, 2):
+        _, lt = emulated_thickness(emulated, phase, spacing)
+        np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
 def test_cuda_source_emulated_beyond_the_integer_tables(emulated):
