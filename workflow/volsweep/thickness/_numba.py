@@ -176,6 +176,16 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     return mx
 
 
+@njit(inline="always", **_OPTS)
+def _gap(i, lo, hi):
+    # Voxels from index i to the box [lo, hi) along one axis (0 inside).
+    if i < lo:
+        return lo - i
+    if i >= hi:
+        return i - hi + 1
+    return 0
+
+
 @njit(**_OPTS)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
           levlut, out, i0, i1):
@@ -186,27 +196,15 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.
     n0, n1, n2 = d2.shape
     for i in range(i0, i1):
-        gi = 0
-        if i < lo0:
-            gi = lo0 - i
-        elif i >= hi0:
-            gi = i - hi0 + 1
+        gi = _gap(i, lo0, hi0)
         for j in range(n1):
-            gj = 0
-            if j < lo1:
-                gj = lo1 - j
-            elif j >= hi1:
-                gj = j - hi1 + 1
+            gj = _gap(j, lo1, hi1)
             for k in range(n2):
                 out[i, j, k] = 0
                 a = d2[i, j, k]
                 if not a > 0.0:
                     continue
-                gk = 0
-                if k < lo2:
-                    gk = lo2 - k
-                elif k >= hi2:
-                    gk = k - hi2 + 1
+                gk = _gap(k, lo2, hi2)
                 x = gi * sx
                 y = gj * sy
                 z = gk * sz
@@ -308,8 +306,8 @@ def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r
     # whole ball of cand[m] (-1 if none found).  Where p and its six neighbours share their
     # nearest background voxel s, central differences of D2 give p - s exactly, and the
     # balls along the ray from s through p grow faster than they move: q is tried on that
-    # ray, at c, c*step ... of the farthest in-array point.  Every lattice offset o of p's ball has |o|^2 <= a - 1 (a = D2(p), integers), so
-    # the ball is inside q's when sqrt(a - 1) + |q - p| < sqrt(D2(q)), in squared form
+    # ray, at c, c*step ... of the farthest in-array point.  Every lattice offset o of p's
+    # ball has |o|^2 <= a - 1 (a = D2(p), integers), so the ball is inside q's when sqrt(a - 1) + |q - p| < sqrt(D2(q)), in squared form
     # el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1), which is exact
     # (eps = 0) below prune's exact bound; D2(q) > a, so q comes first in the order.
     # Centres with a < r2min are left to prune (their neighbours decide them).
@@ -370,12 +368,9 @@ def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r
             if b == np.inf:
                 continue
             # q must be a centre prune may keep (within r2keep of the box)
-            gi = lo0 - ii if ii < lo0 else (ii - hi0 + 1 if ii >= hi0 else 0)
-            gj = lo1 - jj if jj < lo1 else (jj - hi1 + 1 if jj >= hi1 else 0)
-            gk = lo2 - kk if kk < lo2 else (kk - hi2 + 1 if kk >= hi2 else 0)
-            x = gi * sx
-            y = gj * sy
-            z = gk * sz
+            x = _gap(ii, lo0, hi0) * sx
+            y = _gap(jj, lo1, hi1) * sy
+            z = _gap(kk, lo2, hi2) * sz
             if not (x * x + y * y) + z * z < r2keep:
                 continue
             x = vi * sx
