@@ -17,6 +17,10 @@ from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 _OPTS = dict(cache=True, nogil=True)
+# Helpers the painter calls per ball, row or word: compiled without numba's reference
+# counting, which otherwise adds an atomic increment and decrement per array argument and
+# call (a third of the painting time).  They allocate nothing.
+_LEAF = dict(cache=True, nogil=True, _nrt=False)
 
 # A line whose largest finite squared distance is below (BRUTE_SPAN * w)^2 is scanned
 # outwards voxel by voxel (a few steps); longer ones take the lower envelope of
@@ -455,11 +459,11 @@ def slab_lists(ci, ext, ranks, nvals, lo0, hi0, g):
     return start, lists, order
 
 
-@njit(**_OPTS)
-def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track):
+@njit(**_LEAF)
+def fill_word(asg, live, agg, full, loc, a, b, w, m, rank, track):
     # Give the still unassigned voxels of mask m in word w of row b, slab plane a, the
-    # value rank.  asg holds one bit per voxel (1 = assigned); live[a, w, b >> 6] one bit
-    # per row whose word w still has an unassigned voxel, agg[w, b >> 6] the same over
+    # value rank (in loc, the slab's ranks).  asg holds one bit per voxel (1 = assigned); live[a, w, b >> 6] one bit
+    # per row whose word w still has an unassigned voxel, agg[0, w, b >> 6] the same over
     # all the slab's planes; full[w] is word w of a finished row.  Returns how many
     # voxels were assigned.
     free = m & ~asg[a, b, w]
@@ -470,7 +474,7 @@ def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track):
     base = w << 6
     c = 0
     while free:
-        out[oi, b, base + trailing_zeros(free)] = rank
+        loc[a, b, base + trailing_zeros(free)] = rank
         free &= free - np.uint64(1)
         c += 1
     if track and v == full[w]:
@@ -479,17 +483,16 @@ def fill_word(asg, live, agg, full, out, a, b, oi, w, m, rank, track):
         for p in range(live.shape[0]):
             if live[p, w, b >> 6] & bit:
                 return c
-        agg[w, b >> 6] &= ~bit
+        agg[0, w, b >> 6] &= ~bit
     return c
 
 
-@njit(**_OPTS)
-def fill_bits(asg, live, agg, full, out, a, b, oi, lft, rgt, rank, track):
+@njit(**_LEAF)
+def fill_bits(asg, live, agg, full, loc, a, b, lft, rgt, rank, track):
     # fill_word over the voxels [lft, rgt] of row b.
     tot = 0
     for w in range(lft >> 6, (rgt >> 6) + 1):
-        tot += fill_word(asg, live, agg, full, out, a, b, oi, w, _span_word(w, lft, rgt), rank,
-                         track)
+        tot += fill_word(asg, live, agg, full, loc, a, b, w, _span_word(w, lft, rgt), rank, track)
     return tot
 
 
@@ -505,7 +508,7 @@ def _span_word(w, lft, rgt):
     return m
 
 
-@njit(**_OPTS)
+@njit(**_LEAF)
 def _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
     # Whether row jp (if okp) or row jm (if okm) of slab plane a has an unassigned voxel in
     # [lft, rgt], word by word (rows longer than two words).
@@ -518,10 +521,9 @@ def _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
     return False
 
 
-@njit(**_OPTS)
-def _row_bits(bits, w, u, bl, br):
-    # Bit word u of row bits (bits[w, u], 64 rows each) restricted to rows [bl, br].
-    v = bits[w, u]
+@njit(inline="always", **_OPTS)
+def _row_bits(v, u, bl, br):
+    # Row-bit word v (word u of a row set, 64 rows each) restricted to rows [bl, br].
     lo = u * 64
     if bl > lo:
         v &= np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(bl - lo)
@@ -533,26 +535,35 @@ def _row_bits(bits, w, u, bl, br):
 @njit(**_OPTS)
 def _slab_state(npl, m1, m2):
     # A slab's painting state (fill_word): assigned bits, live rows per plane and over
-    # the slab, and the words of a finished row.
+    # the slab, the words of a finished row and the slab's ranks (0 = not covered), all
+    # the painting thread's own (the output is written once, by _store_slab).
     nw = (m2 + 63) >> 6
     nu = (m1 + 63) >> 6
     asg = np.zeros((npl, m1, nw), np.uint64)
-    agg = np.zeros((nw, nu), np.uint64)
+    agg = np.zeros((1, nw, nu), np.uint64)
     for b in range(m1):
         for w in range(nw):
-            agg[w, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+            agg[0, w, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
     live = np.empty((npl, nw, nu), np.uint64)
     for a in range(npl):
         for w in range(nw):
             for u in range(nu):
-                live[a, w, u] = agg[w, u]
+                live[a, w, u] = agg[0, w, u]
     full = np.empty(nw, np.uint64)
     for w in range(nw):
         full[w] = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - min(64, m2 - 64 * w))
-    return asg, live, agg, full
+    loc = np.zeros((npl, m1, m2), np.uint32)
+    return asg, live, agg, full, loc
 
 
 @njit(**_OPTS)
+def _store_slab(loc, out, i0):
+    # A finished slab's ranks into output planes [i0, i0 + len(loc)).
+    for a in range(loc.shape[0]):
+        out[i0 + a] = loc[a]
+
+
+@njit(**_LEAF)
 def _any_rows_f(agg, jc, kc, base, r2, sy, sz, m1, m2):
     # _any_rows for squared lengths beyond the integer tables: the disc of the plane at
     # squared distance base from the centre.
@@ -567,14 +578,14 @@ def _any_rows_f(agg, jc, kc, base, r2, sy, sz, m1, m2):
         bl = max(jc - hy, 0)
         br = min(jc + hy, m1 - 1)
         for u in range(bl >> 6, (br >> 6) + 1):
-            if _row_bits(agg, w, u, bl, br):
+            if _row_bits(agg[0, w, u], u, bl, br):
                 return True
     return False
 
 
-@njit(**_OPTS)
-def _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank, sx, sy, sz, p0,
-                  lo0, lo1, lo2, m1, m2):
+@njit(**_LEAF)
+def _paint_rows_f(asg, live, agg, full, loc, ia, ib, ic, j0, k0, r2, rank, sx, sy, sz, p0,
+                  lo1, lo2, m1, m2):
     # _paint_rows_int for squared lengths beyond the integer tables (half-widths by
     # search, no disc skip).
     tot = 0
@@ -598,7 +609,7 @@ def _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank, sx, s
             bl = max(jc - hy, 0)
             br = min(jc + hy, m1 - 1)
             for u in range(bl >> 6, (br >> 6) + 1):
-                bits = _row_bits(live[a], w, u, bl, br)
+                bits = _row_bits(live[a, w, u], u, bl, br)
                 while bits:
                     jj = u * 64 + trailing_zeros(bits)
                     bits &= bits - np.uint64(1)
@@ -609,8 +620,7 @@ def _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank, sx, s
                     if hk2 < 0 or lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank,
-                                     True)
+                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
     return tot
 
 
@@ -628,11 +638,7 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
     for sl in range(sl0, sl1):
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
-        for i in range(p0 - lo0, p1 - lo0):
-            for j in range(m1):
-                for k in range(m2):
-                    out[i, j, k] = 0
-        asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
+        asg, live, agg, full, loc = _slab_state(p1 - p0, m1, m2)
         remaining = (p1 - p0) * m1 * m2
         for t in range(start[sl], start[sl + 1]):
             if remaining == 0:
@@ -653,15 +659,17 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
                 continue
             if not _any_rows_f(agg, j0 - lo1, k0 - lo2, x * x, r2, sy, sz, m1, m2):
                 continue
-            remaining -= _paint_rows_f(asg, live, agg, full, out, ia, ib, ic, j0, k0, r2, rank,
-                                       sx, sy, sz, p0, lo0, lo1, lo2, m1, m2)
+            remaining -= _paint_rows_f(asg, live, agg, full, loc, ia, ib, ic, j0, k0, r2, rank,
+                                       sx, sy, sz, p0, lo1, lo2, m1, m2)
+        _store_slab(loc, out, p0 - lo0)
     return out
 
 
-@njit(**_OPTS)
-def _any_rows(agg, jc, kc, rho, hwy, hwz, szi, m1, m2):
-    # Some row of the slab that the disc of squared radius rho centred on (row jc,
-    # column kc) reaches in some word column still has an unassigned voxel there.
+@njit(**_LEAF)
+def _any_rows(bits, a, jc, kc, rho, hwy, hwz, szi, m1, m2):
+    # Some row of row set a (bits[a], per word column) that the disc of squared radius
+    # rho centred on (row jc, column kc) reaches in some word column still has an
+    # unassigned voxel there: bits is live (one plane) or agg (a = 0, the whole slab).
     hk = hwz[rho]
     for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
         gz = max(w * 64 - kc, kc - min(w * 64 + 63, m2 - 1), 0) * szi
@@ -672,14 +680,14 @@ def _any_rows(agg, jc, kc, rho, hwy, hwz, szi, m1, m2):
         bl = max(jc - hy, 0)
         br = min(jc + hy, m1 - 1)
         for u in range(bl >> 6, (br >> 6) + 1):
-            if _row_bits(agg, w, u, bl, br):
+            if _row_bits(bits[a, w, u], u, bl, br):
                 return True
     return False
 
 
-@njit(**_OPTS)
-def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
-                    moff, sxi, syi, szi, hwy, hwz, p0, lo0, lo1, lo2, m1, m2):
+@njit(**_LEAF)
+def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
+                    moff, sxi, syi, szi, hwy, hwz, p0, lo1, lo2, m1, m2):
     # A large ball in one slab, plane by plane and word column by word column: only the
     # rows that the ball reaches there and that still hold an unassigned voxel (found 64
     # at a time through their live bits) are painted, so a ball over finished rows costs
@@ -707,7 +715,7 @@ def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, 
             bl = max(jc - hy, 0)
             br = min(jc + hy, m1 - 1)
             for u in range(bl >> 6, (br >> 6) + 1):
-                bits = _row_bits(live[a], w, u, bl, br)
+                bits = _row_bits(live[a, w, u], u, bl, br)
                 while bits:
                     jj = u * 64 + trailing_zeros(bits)
                     bits &= bits - np.uint64(1)
@@ -718,8 +726,7 @@ def _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr, rank, h, 
                     if lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, out, a, jj, i - lo0, w, msk, rank,
-                                     True)
+                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
     return tot
 
 
@@ -752,11 +759,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
     for sl in range(sl0, sl1):
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
-        for i in range(p0 - lo0, p1 - lo0):
-            for j in range(m1):
-                for k in range(m2):
-                    out[i, j, k] = 0
-        asg, live, agg, full = _slab_state(p1 - p0, m1, m2)
+        asg, live, agg, full, loc = _slab_state(p1 - p0, m1, m2)
         total = (p1 - p0) * m1 * m2
         remaining = total
         for t in range(start[sl], start[sl + 1]):
@@ -783,12 +786,12 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             kr = min(k0 + hk, hi2 - 1) - lo2
             if jl > jr or kl > kr:
                 continue
-            if track and not _any_rows(agg, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
+            if track and not _any_rows(agg, 0, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
                 continue
             if track and h >= NODE_EXT and remaining * LIVE_FRACTION < total:
-                remaining -= _paint_rows_int(asg, live, agg, full, out, ia, ib, ic, j0, k0, rr,
+                remaining -= _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
-                                             p0, lo0, lo1, lo2, m1, m2)
+                                             p0, lo1, lo2, m1, m2)
                 continue
             for i in range(ia, ib + 1):
                 dx = (i - ic) * sxi
@@ -799,7 +802,9 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 if (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
                     continue
                 a = i - p0
-                oi = i - lo0
+                if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1,
+                                           m2):
+                    continue
                 hj = hwy[rho]
                 for adj in range(0, hj + 1):
                     dy = adj * syi
@@ -830,11 +835,12 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                     elif not _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
                         continue
                     if okp:
-                        remaining -= fill_bits(asg, live, agg, full, out, a, jp, oi, lft, rgt, rank,
+                        remaining -= fill_bits(asg, live, agg, full, loc, a, jp, lft, rgt, rank,
                                                track)
                     if okm:
-                        remaining -= fill_bits(asg, live, agg, full, out, a, jm, oi, lft, rgt, rank,
+                        remaining -= fill_bits(asg, live, agg, full, loc, a, jm, lft, rgt, rank,
                                                track)
+        _store_slab(loc, out, p0 - lo0)
     return out
 
 
