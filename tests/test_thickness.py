@@ -466,6 +466,34 @@ def test_rest_of_side_test_never_claims_a_disc_outside_the_neighbours(weights):
     assert tried > 1000 and claimed > tried // 4  # and it is not a test that never says True
 
 
+@pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (2, 1, 3)])
+def test_first_rest_hidden_plane_is_the_linear_scans(weights):
+    # The binary search of the mask kernel finds the plane a scan outwards finds, and
+    # _rest_hidden holds at every plane beyond it (what the search relies on).
+    K = CPU._kernels()
+    wx, wy, wz = weights
+    rng = np.random.default_rng(7 + sum(weights))
+    found = 0
+    for rp in rng.integers(2 * wx * wx, 6000, 60):
+        rp = int(rp)
+        h = math.isqrt(rp - 1) // wx
+        for c in range(12):
+            ex = c // 4 - 1
+            for d, end in ((0, h), (-1, -h)):
+                step = 1 if end >= d else -1
+                if ex * step < 0 or (end - d) * step < 0:
+                    continue
+                for rq in (rp + 1, rp + 4 * wx * wx, 2 * rp, 4 * rp + 100):
+                    holds = [bool(K._rest_hidden(rq, c, e, rp, wx, wy, wz))
+                             for e in range(d, end + step, step)]
+                    scan = next((d + i * step for i, v in enumerate(holds) if v), end + step)
+                    assert K._first_rest_hidden(rq, c, d, end, rp, wx, wy, wz) == scan
+                    i0 = (scan - d) * step
+                    assert all(holds[i0:]), (rp, c, rq)
+                    found += scan != end + step
+    assert found > 100  # the search is not only ever answering "none"
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     # prune_far's claim, checked offset by offset in integers: every lattice point of a

@@ -844,6 +844,9 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
     return out
 
 
+_UNKNOWN = -(2**62)
+
+
 @njit(**_OPTS)
 def _rest_hidden(rq, c, d, rp, sxi, syi, szi):
     # Whether every disc from plane offset d outwards (|d| growing) lies inside the same
@@ -866,6 +869,25 @@ def _rest_hidden(rq, c, d, rp, sxi, syi, szi):
 
 
 @njit(**_OPTS)
+def _first_rest_hidden(rq, c, d, end, rp, sxi, syi, szi):
+    # The first plane offset from d to end (inclusive, either direction) from which
+    # _rest_hidden holds, end + 1 step past end if none; it holds from there on, so a
+    # binary search finds it.
+    step = 1 if end >= d else -1
+    if not _rest_hidden(rq, c, end, rp, sxi, syi, szi):
+        return end + step
+    lo = 0  # planes d + lo * step ... are searched; the one at hi * step holds
+    hi = (end - d) * step
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _rest_hidden(rq, c, d + mid * step, rp, sxi, syi, szi):
+            hi = mid
+        else:
+            lo = mid + 1
+    return d + lo * step
+
+
+@njit(**_OPTS)
 def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, syi, szi, moff,
                          masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
@@ -879,6 +901,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
     # the uphill order is strict, so every voxel of a hidden ball is covered by a painted
     # ball of a value at least as large (by induction along the order).
     best = np.empty(12, np.int64)
+    first = np.empty(12, np.int64)
     for m in range(m0, m1):
         hidden[m] = 0
         h = ext[m]
@@ -914,13 +937,17 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
             continue
         # larger balls: planes outwards from 0 (0..h, then -1..-h), each bit set when the
         # disc is hidden (every plane: the painter skips hidden discs after a visible one),
-        # and the rest of a side at once when _rest_hidden says so for the class that hid it
+        # and the rest of a side at once from where _rest_hidden holds for the class that hid
+        # the disc (first[c], found once per class and side)
         rp = vals[r]
         allin = True
         last = 0  # the class that hid the previous disc is tried first
         for side in range(2):
             step = 1 if side == 0 else -1
             d = 0 if side == 0 else -1
+            end = h * step
+            for c in range(12):
+                first[c] = _UNKNOWN
             while -h <= d <= h:
                 x = d + h
                 dd = d * sxi
@@ -944,12 +971,13 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
                     allin = False
                     d += step
                     continue
-                if (last // 4 - 1) * step >= 0 and _rest_hidden(best[last], last, d, rp, sxi, syi,
-                                                                 szi):
-                    end = h if step > 0 else -h
-                    for y in range(min(d, end), max(d, end) + 1):
-                        x = y + h
-                        masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
+                if (last // 4 - 1) * step >= 0 and first[last] == _UNKNOWN:
+                    first[last] = _first_rest_hidden(best[last], last, d, end, rp, sxi, syi, szi)
+                if (last // 4 - 1) * step >= 0 and (d - first[last]) * step >= 0:
+                    lft = min(d, end) + h
+                    rgt = max(d, end) + h
+                    for w in range(lft >> 6, (rgt >> 6) + 1):
+                        masks[moff[m] + w] |= _span_word(w, lft, rgt)
                     break
                 masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
                 d += step
