@@ -731,12 +731,9 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
 
 
 # Balls of at least this half extent along axis 0 visit only the rows still unassigned
-# (the live rows are tracked only when some ball has TRACK_EXT or more: track)
-# once fewer than 1 / LIVE_FRACTION of the slab's voxels are (before, painting row by row
-# costs less than finding the live rows).
+# (the live rows are tracked only when some ball has TRACK_EXT or more: track).
 NODE_EXT = 16
 TRACK_EXT = 32
-LIVE_FRACTION = 16
 
 
 @njit(**_OPTS)
@@ -760,8 +757,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
         asg, live, agg, full, loc = _slab_state(p1 - p0, m1, m2)
-        total = (p1 - p0) * m1 * m2
-        remaining = total
+        remaining = (p1 - p0) * m1 * m2
         for t in range(start[sl], start[sl + 1]):
             if remaining == 0:
                 break
@@ -788,7 +784,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 continue
             if track and not _any_rows(agg, 0, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
                 continue
-            if track and h >= NODE_EXT and remaining * LIVE_FRACTION < total:
+            if track and h >= NODE_EXT:
                 remaining -= _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
                                              p0, lo1, lo2, m1, m2)
