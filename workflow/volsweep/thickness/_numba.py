@@ -462,10 +462,10 @@ def slab_lists(ci, ext, ranks, nvals, lo0, hi0, g):
 @njit(**_LEAF)
 def fill_word(asg, live, agg, full, loc, a, b, w, m, rank, track):
     # Give the still unassigned voxels of mask m in word w of row b, slab plane a, the
-    # value rank (in loc, the slab's ranks).  asg holds one bit per voxel (1 = assigned); live[a, w, b >> 6] one bit
-    # per row whose word w still has an unassigned voxel, agg[0, w, b >> 6] the same over
-    # all the slab's planes; full[w] is word w of a finished row.  Returns how many
-    # voxels were assigned.
+    # value rank (in loc, the slab's ranks).  asg holds one bit per voxel (1 = assigned);
+    # live[a, w, b >> 6] one bit per row whose word w still has an unassigned voxel,
+    # agg[0, w, b >> 6] the same over all the slab's planes; full[w] is word w of a
+    # finished row.  Returns how many voxels were assigned.
     free = m & ~asg[a, b, w]
     if not free:
         return 0
@@ -521,7 +521,7 @@ def _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
     return False
 
 
-@njit(inline="always", **_OPTS)
+@njit(**_OPTS)
 def _row_bits(v, u, bl, br):
     # Row-bit word v (word u of a row set, 64 rows each) restricted to rows [bl, br].
     lo = u * 64
