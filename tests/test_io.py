@@ -185,3 +185,29 @@ def test_synthetic_ingest_warns_once_and_hashes_the_voxels(tmp_path, caplog):
     arr = zarr.open_group(str(out))["0"]
     np.testing.assert_array_equal(arr[...], expected)
     assert arr.attrs["source_sha256"] == hashlib.sha256(expected.tobytes()).hexdigest()
+
+
+def test_quiet_abandoned_reads_silences_only_never_awaited_coroutines():
+    # A failed zarr read can leave a coroutine that is collected at exit; its warning would
+    # add a line to the one-line error.  Other warnings still show.
+    import gc
+    import logging
+    import warnings
+
+    from volsweep.io.readers import quiet_abandoned_reads
+
+    async def chunk_read():
+        return None
+
+    level = logging.getLogger("asyncio").level
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            quiet_abandoned_reads()
+            pending = chunk_read()
+            del pending
+            gc.collect()
+            warnings.warn("a different problem", RuntimeWarning)
+    finally:
+        logging.getLogger("asyncio").setLevel(level)
+    assert [str(w.message) for w in seen] == ["a different problem"]

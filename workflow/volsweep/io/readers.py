@@ -33,6 +33,7 @@ import math
 import os
 import re
 import stat
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,8 +68,11 @@ AXES = "xyz"
 
 def quiet_abandoned_reads() -> None:
     """After a failed read, let the process end without asyncio's report of the reader's
-    abandoned tasks (zarr reads chunks concurrently): the error itself was reported."""
+    abandoned tasks or never-awaited coroutines (zarr reads chunks concurrently): the
+    error itself was reported."""
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
+                            category=RuntimeWarning)
 
 
 class VolumeError(ValueError):
