@@ -18,7 +18,8 @@ Parts (``--parts``, CPU and GPU):
   edt       (CPU) the edt package's ``edtsq`` against volsweep's numba passes, at the
             thread counts of ``--threads`` (fresh processes)
   gpu       (GPU) 250^3 blobs over ``--calls`` calls (CUDA events; max/median; pool bytes),
-            800x800x200 blobs, peak pool bytes against ``thickness_memory_bytes``
+            800x800x200 blobs, peak pool bytes against ``thickness_memory_bytes``; with
+            ``--check-cpu`` also GPU == CPU bit for bit on the cases of ``AGAINST_CPU``
   compile   (CPU) the first call's time in a fresh process with an empty numba cache (the
             kernels' compilation), then a second fresh process on that cache, ``--repeat``
             times each
@@ -260,10 +261,40 @@ def part_gpu(a, out, log):
         del r
     out["gpu_memory"] = rows
     if a.check_cpu:
-        got = T.local_thickness(cp.asarray(blobs((160,) * 3)), spacing=(0.65, 0.65, 2.0)).get()
-        ref = T.local_thickness(blobs((160,) * 3), spacing=(0.65, 0.65, 2.0), device="cpu")
-        out["gpu_equals_cpu_160_aniso"] = bool(np.array_equal(got, ref))
-        log(f"GPU == CPU at 160^3, spacing (0.65, 0.65, 2.0): {out['gpu_equals_cpu_160_aniso']}")
+        out["gpu_equals_cpu"] = check_against_cpu(log)
+
+
+# Shapes, phases and spacings on which the GPU's result must equal the CPU's bit for bit.
+AGAINST_CPU = [
+    ("blobs 160^3", lambda: blobs((160,) * 3), (0.65, 0.65, 2.0)),
+    ("blobs 101x77x130", lambda: blobs((101, 77, 130), seed=3), (0.3, 0.3, 0.3)),
+    ("blobs 200x230x170, blobiness 2", lambda: blobs((200, 230, 170), 0.6, 2.0, seed=5),
+     (0.65, 0.65, 2.0)),
+    ("pores 112^3", lambda: pores(112, seed=1), (1, 1, 1)),
+    ("pores 112^3", lambda: pores(112, seed=1), (0.7, 1.3, 1.0)),
+    ("spheres 128^3", lambda: spheres(128, seed=2), (1, 3, 2)),
+    ("cylinder 100^3", lambda: cylinder(100), (0.65, 0.65, 0.65)),
+]
+
+
+def check_against_cpu(log):
+    """GPU == CPU, bit for bit, on every case of AGAINST_CPU; rows with both SHA-256s."""
+    import hashlib
+
+    import cupy as cp
+
+    rows = []
+    for name, make, spacing in AGAINST_CPU:
+        phase = make()
+        got = T.local_thickness(cp.asarray(phase), spacing=spacing).get()
+        ref = T.local_thickness(phase, spacing=spacing, device="cpu")
+        row = {"case": name, "spacing": list(spacing), "equal": bool(np.array_equal(got, ref)),
+               "sha256_gpu": hashlib.sha256(got.tobytes()).hexdigest(),
+               "sha256_cpu": hashlib.sha256(ref.tobytes()).hexdigest()}
+        rows.append(row)
+        log(f"GPU == CPU, {name}, spacing {spacing}: {row['equal']} "
+            f"(sha256 {row['sha256_cpu'][:12]})")
+    return rows
 
 
 COMPILE_CHILD = r"""
