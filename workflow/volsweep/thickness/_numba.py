@@ -234,6 +234,16 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 else:
                                     hi_ = mid
                             lev = lo_ - 1
+                    if lev >= 0 and 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
+                        # the six face neighbours first: most pruned centres lie in one
+                        # of their balls, and a pruned centre needs no uphill bits
+                        nf0 = need[3, lev]
+                        nf1 = need[1, lev]
+                        nf2 = need[0, lev]
+                        if (nf0 < d2[i - 1, j, k] < np.inf or nf0 < d2[i + 1, j, k] < np.inf
+                                or nf1 < d2[i, j - 1, k] < np.inf or nf1 < d2[i, j + 1, k] < np.inf
+                                or nf2 < d2[i, j, k - 1] < np.inf or nf2 < d2[i, j, k + 1] < np.inf):
+                            continue
                     for di in range(-1, 2):
                         ii = i + di
                         if ii < 0 or ii >= n0:
