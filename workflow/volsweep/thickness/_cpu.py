@@ -193,7 +193,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         present = np.zeros(int(r2i.max()) + 1, np.bool_)
         present[r2i] = True
         values = np.flatnonzero(present).astype(np.float64)
-        ranks = np.cumsum(present, dtype=np.uint32)[r2i]
+        rank_lut = np.cumsum(present, dtype=np.uint32)
     else:
         values, ranks = np.unique(r2s, return_inverse=True)
         ranks = (ranks.ravel() + 1).astype(np.uint32)
@@ -201,25 +201,28 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         out[...] = 0
         return out, values
     n0, n1, n2 = d2.shape
-    ci, rem = np.divmod(cand, n1 * n2)
-    cj, ck = np.divmod(rem, n2)
     g = BITS_SLAB
     lo = [int(v) for v in box_lo]
     hi = [int(v) for v in box_hi]
     if not small:
         # squared radii beyond the integer tables: half-widths by search, no disc skip
+        ci, rem = np.divmod(cand, n1 * n2)
+        cj, ck = np.divmod(rem, n2)
         ext = _half_extent(r2s, wi[0])
-        start, lists, order = k.slab_lists(ci, ext, ranks, int(values.size), lo[0], hi[0], g)
+        start, lists, order = k.slab_lists(ci, ext, ranks, np.zeros(cand.size, np.uint8),
+                                           int(values.size), lo[0], hi[0], g)
         ci, cj, ck, r2s, ranks = (a[order] for a in (ci, cj, ck, r2s, ranks))
         _run(k.paint_bits, start.size - 1, start, lists, ext[order], ci, cj, ck, r2s, ranks,
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
     rmax = int(values[-1])
-    r2i = r2s.astype(np.int64)
     need2 = disc_need_table(rmax, wi[1], wi[2])
     if uphill is None:
         uphill = k.uphill_bits(d2, cand)
-    ext = half_table(rmax, wi[0])[r2i]
+    ci, cj, ck, ext = (np.empty(cand.size, np.int64) for _ in range(4))
+    ranks = np.empty(cand.size, np.uint32)
+    _run(k.centre_arrays, cand.size, cand, r2i, rank_lut, half_table(rmax, wi[0]), n1, n2,
+         ci, cj, ck, ranks, ext)
     # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
     # balls whose every disc is (not painted at all)
     vals = values.astype(np.int64)
@@ -231,11 +234,12 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     hidden = np.empty(cand.size, np.uint8)
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
          wi[0], wi[1], wi[2], moff, masks, hidden)
-    keep = np.flatnonzero(hidden == 0)
-    ci, cj, ck, r2i, ranks, ext, moff = (a[keep] for a in (ci, cj, ck, r2i, ranks, ext, moff))
-    start, lists, order = k.slab_lists(ci, ext, ranks, int(values.size), lo[0], hi[0], g)
-    # every centre array in painting order (the slab lists index it)
-    ci, cj, ck, r2i, ranks, ext, moff = (a[order] for a in (ci, cj, ck, r2i, ranks, ext, moff))
+    start, lists, order = k.slab_lists(ci, ext, ranks, hidden, int(values.size), lo[0], hi[0], g)
+    # the painted centres' arrays in painting order (the slab lists index it)
+    src = (ci, cj, ck, r2i, ranks, ext, moff)
+    dst = tuple(np.empty(order.size, v.dtype) for v in src)
+    _run(k.gather_order, order.size, order, *src, *dst)
+    ci, cj, ck, r2i, ranks, ext, moff = dst
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
          half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g,

@@ -420,25 +420,41 @@ def half(base, r2, s):
 
 
 @njit(**_OPTS)
-def slab_lists(ci, ext, ranks, nvals, lo0, hi0, g):
-    # The centres in decreasing rank (order) and, per slab of g output planes, the
-    # positions in that order of the centres whose ball reaches it (increasing, so the
-    # painter reads the reordered centre arrays sequentially); ext is each centre's half
-    # extent along axis 0.
-    n = ranks.size
+def centre_arrays(cand, r2i, rank_lut, ext_lut, n1, n2, ci, cj, ck, ranks, ext, m0, m1):
+    # Coordinates, rank and half extent along axis 0 of the centres cand[m0:m1] (flat
+    # indices) from their integer D2 (r2i) and the tables indexed by it.
+    for m in range(m0, m1):
+        p = cand[m]
+        ci[m] = p // (n1 * n2)
+        cj[m] = (p // n2) % n1
+        ck[m] = p % n2
+        ranks[m] = rank_lut[r2i[m]]
+        ext[m] = ext_lut[r2i[m]]
+
+
+@njit(**_OPTS)
+def slab_lists(ci, ext, ranks, skip, nvals, lo0, hi0, g):
+    # The centres with skip == 0 in decreasing rank (order: indices into the given
+    # arrays) and, per slab of g output planes, the positions in that order of the
+    # centres whose ball reaches it (increasing, so the painter reads the centre arrays
+    # gathered by order sequentially); ext is each centre's half extent along axis 0.
     cnt = np.zeros(nvals + 2, np.int64)
-    for m in range(n):
-        cnt[ranks[m]] += 1
+    n = 0
+    for m in range(ranks.size):
+        if skip[m] == 0:
+            cnt[ranks[m]] += 1
+            n += 1
     pos = np.empty(nvals + 2, np.int64)
     s = 0
     for r in range(nvals + 1, -1, -1):
         pos[r] = s
         s += cnt[r]
     order = np.empty(n, np.int64)
-    for m in range(n):
-        r = ranks[m]
-        order[pos[r]] = m
-        pos[r] += 1
+    for m in range(ranks.size):
+        if skip[m] == 0:
+            r = ranks[m]
+            order[pos[r]] = m
+            pos[r] += 1
     nslab = (hi0 - lo0 + g - 1) // g
     start = np.zeros(nslab + 1, np.int64)
     sa = np.empty(n, np.int64)
@@ -467,6 +483,21 @@ def slab_lists(ci, ext, ranks, nvals, lo0, hi0, g):
             lists[fill[sl]] = t
             fill[sl] += 1
     return start, lists, order
+
+
+@njit(**_OPTS)
+def gather_order(order, ci, cj, ck, r2i, ranks, ext, moff, oci, ocj, ock, or2i, oranks, oext,
+                 omoff, t0, t1):
+    # The centre arrays in painting order: o*[t] = *[order[t]] for t in [t0, t1).
+    for t in range(t0, t1):
+        m = order[t]
+        oci[t] = ci[m]
+        ocj[t] = cj[m]
+        ock[t] = ck[m]
+        or2i[t] = r2i[m]
+        oranks[t] = ranks[m]
+        oext[t] = ext[m]
+        omoff[t] = moff[m]
 
 
 @njit(**_LEAF)
