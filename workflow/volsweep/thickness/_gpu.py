@@ -57,6 +57,20 @@ __device__ __forceinline__ long long lt_half(double base, double r2, double s)
     return h;
 }
 
+/* ((di sx)^2 + (dj sy)^2) + (dk sz)^2 in that order, without FMA: the CPU's squared length */
+__device__ __forceinline__ double lt_len2(double di, double dj, double dk,
+                                          double sx, double sy, double sz)
+{
+    double x = __dmul_rn(di, sx), y = __dmul_rn(dj, sy), z = __dmul_rn(dk, sz);
+    return __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+}
+
+/* voxels from index i to the box [lo, hi) along one axis (0 inside) */
+__device__ __forceinline__ long long lt_gap(long long i, long long lo, long long hi)
+{
+    return i < lo ? lo - i : (i >= hi ? i - hi + 1 : 0);
+}
+
 extern "C" __global__ void lt_edt0(const unsigned char* __restrict__ phase, double* __restrict__ f,
                                    long long n0, long long nline, double sx)
 {
@@ -292,11 +306,8 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
     unsigned char res = 0;
     double a = d2[p];
     if (a > 0.0) {
-        long long gi = i < lo0 ? lo0 - i : (i >= hi0 ? i - hi0 + 1 : 0);
-        long long gj = j < lo1 ? lo1 - j : (j >= hi1 ? j - hi1 + 1 : 0);
-        long long gk = k < lo2 ? lo2 - k : (k >= hi2 ? k - hi2 + 1 : 0);
-        double x = __dmul_rn((double)gi, sx), y = __dmul_rn((double)gj, sy), z = __dmul_rn((double)gk, sz);
-        double g = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+        double g = lt_len2((double)lt_gap(i, lo0, hi0), (double)lt_gap(j, lo1, hi1),
+                           (double)lt_gap(k, lo2, hi2), sx, sy, sz);
         if (g < r2keep) {
             res = 1;
             if (a != LT_INF) {
@@ -322,8 +333,7 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
                                 if (b > need[et * nlev + lev]) { res = 0; break; }
                                 continue;
                             }
-                            x = __dmul_rn((double)di, sx); y = __dmul_rn((double)dj, sy); z = __dmul_rn((double)dk, sz);
-                            double cc = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+                            double cc = lt_len2((double)di, (double)dj, (double)dk, sx, sy, sz);
                             if (b >= cc) {
                                 double el = __dadd_rn(__dadd_rn(b, cc), -a);
                                 double rhs = __dmul_rn(__dmul_rn(__dmul_rn(4.0, b), cc), __dadd_rn(1.0, eps));
@@ -383,13 +393,9 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
         if (ii < 0 || jj < 0 || kk < 0 || ii >= n0 || jj >= n1 || kk >= n2) continue;
         double b = d2[(ii * n1 + jj) * n2 + kk];
         if (b == LT_INF) continue;
-        long long gi = ii < lo0 ? lo0 - ii : (ii >= hi0 ? ii - hi0 + 1 : 0);
-        long long gj = jj < lo1 ? lo1 - jj : (jj >= hi1 ? jj - hi1 + 1 : 0);
-        long long gk = kk < lo2 ? lo2 - kk : (kk >= hi2 ? kk - hi2 + 1 : 0);
-        double x = __dmul_rn((double)gi, sx), y = __dmul_rn((double)gj, sy), z = __dmul_rn((double)gk, sz);
-        if (!(__dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z)) < r2keep)) continue;
-        x = __dmul_rn((double)vi, sx); y = __dmul_rn((double)vj, sy); z = __dmul_rn((double)vk, sz);
-        double v2 = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+        if (!(lt_len2((double)lt_gap(ii, lo0, hi0), (double)lt_gap(jj, lo1, hi1),
+                      (double)lt_gap(kk, lo2, hi2), sx, sy, sz) < r2keep)) continue;
+        double v2 = lt_len2((double)vi, (double)vj, (double)vk, sx, sy, sz);
         double am1 = __dadd_rn(a, -1.0);
         double el = __dadd_rn(__dadd_rn(b, -v2), -am1);
         double rhs = __dmul_rn(__dmul_rn(__dmul_rn(4.0, v2), am1), __dadd_rn(1.0, eps));
