@@ -209,10 +209,10 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         ci, rem = np.divmod(cand, n1 * n2)
         cj, ck = np.divmod(rem, n2)
         ext = _half_extent(r2s, wi[0])
-        start, lists, order = k.slab_lists(ci, ext, ranks, np.zeros(cand.size, np.uint8),
-                                           int(values.size), lo[0], hi[0], g)
-        ci, cj, ck, r2s, ranks = (a[order] for a in (ci, cj, ck, r2s, ranks))
-        _run(k.paint_bits, start.size - 1, start, lists, ext[order], ci, cj, ck, r2s, ranks,
+        order = k.paint_order(ranks, np.zeros(cand.size, np.uint8), int(values.size))
+        ci, cj, ck, r2s, ranks, ext = (a[order] for a in (ci, cj, ck, r2s, ranks, ext))
+        start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g)
+        _run(k.paint_bits, start.size - 1, start, lists, ext, ci, cj, ck, r2s, ranks,
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
     rmax = int(values[-1])
@@ -234,12 +234,13 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     hidden = np.empty(cand.size, np.uint8)
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
          wi[0], wi[1], wi[2], moff, masks, hidden)
-    start, lists, order = k.slab_lists(ci, ext, ranks, hidden, int(values.size), lo[0], hi[0], g)
-    # the painted centres' arrays in painting order (the slab lists index it)
+    # the painted centres' arrays in painting order, and the slab lists that index them
+    order = k.paint_order(ranks, hidden, int(values.size))
     src = (ci, cj, ck, r2i, ranks, ext, moff)
     dst = tuple(np.empty(order.size, v.dtype) for v in src)
     _run(k.gather_order, order.size, order, *src, *dst)
     ci, cj, ck, r2i, ranks, ext, moff = dst
+    start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g)
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
          half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g,

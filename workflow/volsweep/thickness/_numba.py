@@ -433,11 +433,9 @@ def centre_arrays(cand, r2i, rank_lut, ext_lut, n1, n2, ci, cj, ck, ranks, ext, 
 
 
 @njit(**_OPTS)
-def slab_lists(ci, ext, ranks, skip, nvals, lo0, hi0, g):
-    # The centres with skip == 0 in decreasing rank (order: indices into the given
-    # arrays) and, per slab of g output planes, the positions in that order of the
-    # centres whose ball reaches it (increasing, so the painter reads the centre arrays
-    # gathered by order sequentially); ext is each centre's half extent along axis 0.
+def paint_order(ranks, skip, nvals):
+    # The centres with skip == 0 in decreasing rank, by index within a rank (indices into
+    # ranks): the painting order, by counting.
     cnt = np.zeros(nvals + 2, np.int64)
     n = 0
     for m in range(ranks.size):
@@ -455,15 +453,23 @@ def slab_lists(ci, ext, ranks, skip, nvals, lo0, hi0, g):
             r = ranks[m]
             order[pos[r]] = m
             pos[r] += 1
+    return order
+
+
+@njit(**_OPTS)
+def slab_lists(ci, ext, lo0, hi0, g):
+    # Per slab of g output planes, the positions of the centres whose ball reaches it
+    # (increasing: the centre arrays are in painting order and read sequentially); ext is
+    # each centre's half extent along axis 0.
+    n = ci.size
     nslab = (hi0 - lo0 + g - 1) // g
     start = np.zeros(nslab + 1, np.int64)
     sa = np.empty(n, np.int64)
     sb = np.empty(n, np.int64)
     for t in range(n):
-        m = order[t]
-        h = ext[m]
-        a = max(ci[m] - h, lo0)
-        b = min(ci[m] + h, hi0 - 1)
+        h = ext[t]
+        a = max(ci[t] - h, lo0)
+        b = min(ci[t] + h, hi0 - 1)
         if h < 0 or a > b:
             sa[t] = 1
             sb[t] = 0
@@ -482,7 +488,7 @@ def slab_lists(ci, ext, ranks, skip, nvals, lo0, hi0, g):
         for sl in range(sa[t], sb[t] + 1):
             lists[fill[sl]] = t
             fill[sl] += 1
-    return start, lists, order
+    return start, lists
 
 
 @njit(**_OPTS)
