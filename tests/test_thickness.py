@@ -17,6 +17,7 @@ from thickness_oracle import (oracle_d2_int, oracle_local_thickness,  # noqa: E4
 import volsweep  # noqa: E402
 from volsweep import thickness as T  # noqa: E402
 from volsweep.thickness import _cpu as CPU  # noqa: E402
+from volsweep.thickness import _numba as NB  # noqa: E402
 from volsweep.thickness import _tables as TAB  # noqa: E402
 from volsweep.tiling import plan_tiles  # noqa: E402
 
@@ -126,6 +127,26 @@ def test_distance_maps_equal_oracle():
         np.testing.assert_array_equal(CPU.edt_sq(phase, weights, method="edt"), ref)
         np.testing.assert_array_equal(CPU.edt_sq(phase, weights, method="numba"), ref)
 
+
+
+def test_distance_maps_equal_oracle_on_long_and_grouped_lines():
+    # Axis 1 is searched NB.GROUP_LINES lines at a time for up to NB.GROUP_SPAN steps: a
+    # fine part (groups that finish), a solid part with a few background voxels (groups
+    # that need more steps and take the per-line pass, lines along axis 0 without any
+    # background) and a width that is not a multiple of the group.
+    rng = np.random.default_rng(11)
+    shape = (9, 2 * NB.GROUP_SPAN + 7, NB.GROUP_LINES * 2 + 5)
+    phase = np.ones(shape, bool)
+    phase[:, :, :NB.GROUP_LINES] = rng.random((9, shape[1], NB.GROUP_LINES)) < 0.7
+    phase[0, :, :NB.GROUP_LINES] = False
+    phase[4, 1, -3] = phase[0, -2, -1] = False
+    for spacing in [(1, 1, 1), (2, 1, 3), (0.65, 0.65, 2.0)]:
+        ref, w, _ = oracle_d2_int(phase, spacing)
+        got = CPU.edt_sq(phase, w)
+        np.testing.assert_array_equal(got, ref)
+        # groups that finish, and groups that hand over (lines without background)
+        assert ref[:, :, :NB.GROUP_LINES].max() < (NB.GROUP_SPAN * w[1]) ** 2
+        assert phase[:, :, NB.GROUP_LINES:].all(axis=0).any()
 
 def test_known_shapes():
     # A 5-voxel-thick slab (axis 0), infinite along the others: D at its middle is 3,
