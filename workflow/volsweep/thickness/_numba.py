@@ -339,6 +339,33 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
 
 
 @njit(**_OPTS)
+def count_kept(mask, counts, i0, i1):
+    # counts[i]: the kept centres (non-zero mask words) of plane i, for planes [i0, i1).
+    for i in range(i0, i1):
+        plane = mask[i].reshape(-1)
+        c = 0
+        for q in range(plane.size):
+            c += plane[q] != 0
+        counts[i] = c
+
+
+@njit(**_OPTS)
+def gather_kept(mask, offsets, cand, bits, i0, i1):
+    # The flat indices and mask words of plane i's kept centres from cand[offsets[i]] on, in
+    # flat order (planes [i0, i1)): np.flatnonzero and its gather, by plane ranges.
+    m = mask.shape[1] * mask.shape[2]
+    for i in range(i0, i1):
+        plane = mask[i].reshape(-1)
+        o = offsets[i]
+        for q in range(m):
+            v = plane[q]
+            if v != 0:
+                cand[o] = i * m + q
+                bits[o] = v
+                o += 1
+
+
+@njit(**_OPTS)
 def uphill_bits(d2, cand):
     # prune's uphill bits (bit 31 set) for any list of centres (flat indices).
     n0, n1, n2 = d2.shape
