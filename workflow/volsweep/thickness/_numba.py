@@ -40,6 +40,13 @@ def _uphill_bit(a, b, di, dj, dk):
     return np.uint32(0)
 
 
+@njit(inline="always", **_OPTS)
+def _uphill_bit_free(a, b, di, dj, dk):
+    # _uphill_bit without branches (b finite).
+    hit = (b > a) | ((b == a) & (di * 9 + dj * 3 + dk < 0))
+    return np.uint32(hit & (b < np.inf)) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
+
+
 @njit(**_OPTS)
 def edt_axis0(phase, sx, out, j0, j1):
     # Two scans along axis 0 per (j, k) line, for j in [j0, j1): distance to the nearest
@@ -298,6 +305,19 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 or nf1 < d2[i, j - 1, k] < np.inf or nf1 < d2[i, j + 1, k] < np.inf
                                 or nf2 < d2[i, j, k - 1] < np.inf or nf2 < d2[i, j, k + 1] < np.inf):
                             continue
+                        # inside the array: all 26 without bounds tests or branches
+                        for di in range(-1, 2):
+                            for dj in range(-1, 2):
+                                for dk in range(-1, 2):
+                                    if di == 0 and dj == 0 and dk == 0:
+                                        continue
+                                    b = d2[i + di, j + dj, k + dk]
+                                    et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
+                                    keep &= not need[et, lev] < b < np.inf
+                                    up |= _uphill_bit_free(a, b, di, dj, dk)
+                        if keep:
+                            out[i, j, k] = up | np.uint32(1 << 31)
+                        continue
                     for di in range(-1, 2):
                         ii = i + di
                         if ii < 0 or ii >= n0:
