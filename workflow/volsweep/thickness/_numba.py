@@ -31,20 +31,13 @@ GROUP_LINES = 16
 GROUP_SPAN = 32
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _uphill_bit(a, b, di, dj, dk):
     # Neighbour (di, dj, dk) of squared distance b comes before its centre (a) in the strict
     # order (D2 descending, flat index ascending): its bit for paint_bits_int, else 0.
-    if b > a or (b == a and (di < 0 or (di == 0 and (dj < 0 or (dj == 0 and dk < 0))))):
-        return np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
-    return np.uint32(0)
-
-
-@njit(inline="always", **_OPTS)
-def _uphill_bit_free(a, b, di, dj, dk):
-    # _uphill_bit without branches (b finite).
+    # Without branches (the 26 neighbours' loop then runs straight through).
     hit = (b > a) | ((b == a) & (di * 9 + dj * 3 + dk < 0))
-    return np.uint32(hit & (b < np.inf)) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
+    return np.uint32(hit) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
 
 
 @njit(**_OPTS)
@@ -314,7 +307,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                     b = d2[i + di, j + dj, k + dk]
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     keep &= not need[et, lev] < b < np.inf
-                                    up |= _uphill_bit_free(a, b, di, dj, dk)
+                                    up |= _uphill_bit(a, b, di, dj, dk)
                         if keep:
                             out[i, j, k] = up | np.uint32(1 << 31)
                         continue
