@@ -108,10 +108,11 @@ def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep):
     impl = _backend(device)
     d2 = impl.edt_sq(phase, weights)
     cand, extra = impl.candidates(d2, weights, box_lo, box_hi, r2keep)
-    r2max = float(d2.reshape(-1)[cand].max()) if cand.size else 0.0
+    r2s = d2.reshape(-1)[cand]
+    r2max = float(r2s.max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max
-    return impl.paint(d2, cand, weights, box_lo, box_hi, extra), r2max
+    return impl.paint(d2, cand, weights, box_lo, box_hi, extra, r2s=r2s), r2max
 
 
 def _finish(r2, scale, device):

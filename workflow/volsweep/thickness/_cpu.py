@@ -176,22 +176,24 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
 BITS_SLAB = 16
 
 
-def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None):
+def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None, *, r2s=None):
     """Rank map (uint32) of the box [lo, hi) and the sorted distinct D2 values it indexes.
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
     ``values[r - 1]``; 0 = not covered.  Balls are painted in decreasing D2 with one
     "assigned" bit per voxel and a count of unassigned voxels per node: balls over
     finished nodes are skipped whole, and discs inside an uphill neighbour's disc are
-    skipped (``uphill`` from :func:`candidates`, or found here when None).  The result is
-    this thread's work array, overwritten by the next call.
+    skipped (``uphill`` from :func:`candidates`, or found here when None).  ``r2s``:
+    ``d2`` at ``cand``, when the caller has it.  The result is this thread's work array,
+    overwritten by the next call.
     """
     k = _kernels()
     wi = tuple(int(w) for w in weights)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     out = _scratch("paint_ranks", shape, np.uint32)
     cand = np.ascontiguousarray(cand, dtype=np.int64)
-    r2s = d2.reshape(-1)[cand]
+    if r2s is None:
+        r2s = d2.reshape(-1)[cand]
     small = cand.size and r2s.max() < INT_TABLE_MAX
     if small:
         # exact integers: ranks by counting instead of a sort

@@ -622,18 +622,20 @@ def _levels(m2: int) -> int:
 MASK_BATCH = 1 << 22
 
 
-def paint(d2, cand, weights, box_lo, box_hi, extra=None):
+def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
     """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes.
 
     Within the integer tables, each batch of ``MASK_BATCH`` centres gets its plane masks
     (``lt_disc_masks``, one thread per 64 planes) and only the centres with a visible disc
     are painted, their visible discs only.  Needs ``_levels(m2)`` uint32 volumes of the box
-    for the sparse table (``memory_bytes``).
+    for the sparse table (``memory_bytes``).  ``r2s``: ``d2`` at ``cand``, when the caller
+    has it.
     """
     import cupy as cp
 
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
-    r2s = d2.ravel()[cand]
+    if r2s is None:
+        r2s = d2.ravel()[cand]
     values = cp.unique(r2s)
     if cand.size == 0 or math.prod(shape) == 0:
         return cp.zeros(shape, cp.uint32), values
