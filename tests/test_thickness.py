@@ -353,6 +353,17 @@ def _centres(phase, spacing):
     return weights, d2, cand.copy(), up.copy()
 
 
+def assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch):
+    """Every ball ordered, every small ball max-painted and the two mixed give ``ref``."""
+    for radius, share in [(0, 0.0), (1000, 0.0), (2, 0.0), (4, 0.0), (4, 2.0)]:
+        with monkeypatch.context() as m:
+            m.setattr(CPU, "MAX_PAINT_RADIUS", radius)
+            m.setattr(CPU, "MAX_PAINT_SHARE", share)
+            got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+        np.testing.assert_array_equal(ref[0], got[0], err_msg=f"radius {radius} share {share}")
+        np.testing.assert_array_equal(ref[1], got[1])
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
 def test_painter_paths_agree(spacing, monkeypatch):
     # The painter's three ways to find skipped discs (prune's uphill bits, its own
@@ -370,6 +381,7 @@ def test_painter_paths_agree(spacing, monkeypatch):
             got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
         np.testing.assert_array_equal(ref[0], got[0])
         np.testing.assert_array_equal(ref[1], got[1])
+        assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch)
     # the whole box equals the oracle
     lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape), TAB.lattice(spacing)[1])
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
@@ -416,6 +428,7 @@ def test_solid_with_isolated_pores_chunked_and_painter_paths(spacing, monkeypatc
             m.setattr(CPU, "INT_TABLE_MAX", 1)
             got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
         np.testing.assert_array_equal(ref[0], got[0])
+        assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch)
         # every phase voxel as a centre (no pruning) gives the same map
         every = np.flatnonzero(phase.ravel())
         got = CPU.paint(d2, every, weights, lo, hi)

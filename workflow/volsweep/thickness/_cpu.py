@@ -174,6 +174,12 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
 
 # Output planes per slab of the painter (one slab per task).
 BITS_SLAB = 16
+# Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
+# (paint_max) when they are at least this share of the centres: a fine phase has millions
+# of them and few larger balls to hide them, so sorting them costs more than the assigned
+# bits of the ordered painter save.  Among many larger balls the ordered painter skips most.
+MAX_PAINT_RADIUS = 8
+MAX_PAINT_SHARE = 0.75
 
 
 def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None, *, r2s=None):
@@ -227,15 +233,43 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     need2 = disc_need_table(rmax, wi[1], wi[2])
     if uphill is None:
         uphill = k.uphill_bits(d2, cand)
+    vals = values.astype(np.int64)
+    nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))  # < 32 slices
+    th = disc_thresholds(vals[:nsmall], need2, wi[0])
+    # small balls are max-painted in memory order when they are nearly all the balls (a
+    # fine phase), the others in painting order
+    r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, (32 * wi[0]) ** 2)
+    if rmax >= r2lim and np.count_nonzero(r2i < r2lim) < MAX_PAINT_SHARE * cand.size:
+        r2lim = 0
+    if rmax >= r2lim:
+        big = r2i >= r2lim
+        everything = bool(big.all())
+        _paint_ordered(d2, cand if everything else cand[big], r2i if everything else r2i[big],
+                       uphill if everything else uphill[big], rank_lut, vals, th, need2, wi,
+                       lo, hi, out)
+        if everything:
+            return out, values
+    else:
+        out[...] = 0
+    hwx = half_table(min(rmax, r2lim - 1), wi[0])
+    _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, hwx,
+         half_table(rmax, wi[1]), half_table(rmax, wi[2]), th, wi[0], wi[1], wi[2], *lo, *hi,
+         int(hwx[-1]), out, tasks_per_thread=2)
+    return out, values
+
+
+def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi, out):
+    """Paint the balls of ``cand`` into ``out`` (all of it written) in decreasing D2 with
+    assigned bits (paint_bits_int), skipping the discs inside uphill neighbours' discs."""
+    k = _kernels()
+    n0, n1, n2 = d2.shape
+    rmax = int(vals[-1])
     ci, cj, ck, ext = (np.empty(cand.size, np.int64) for _ in range(4))
     ranks = np.empty(cand.size, np.uint32)
     _run(k.centre_arrays, cand.size, cand, r2i, rank_lut, half_table(rmax, wi[0]), n1, n2,
          ci, cj, ck, ranks, ext)
     # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
     # balls whose every disc is (not painted at all)
-    vals = values.astype(np.int64)
-    nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))  # < 32 slices
-    th = disc_thresholds(vals[:nsmall], need2, wi[0])
     moff = np.zeros(cand.size + 1, np.int64)
     np.cumsum((2 * ext + 64) // 64, out=moff[1:])
     masks = np.empty(int(moff[-1]), np.uint64)
@@ -243,17 +277,17 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
          wi[0], wi[1], wi[2], moff, masks, hidden)
     # the painted centres' arrays in painting order, and the slab lists that index them
-    order = k.paint_order(ranks, hidden, int(values.size))
+    order = k.paint_order(ranks, hidden, int(vals.size))
     src = (ci, cj, ck, r2i, ranks, ext, moff)
     dst = tuple(np.empty(order.size, v.dtype) for v in src)
     _run(k.gather_order, order.size, order, *src, *dst)
     ci, cj, ck, r2i, ranks, ext, moff = dst
+    g = BITS_SLAB
     start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g)
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
          half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g,
          bool(ext.size and ext.max() >= k.TRACK_EXT), out, tasks_per_thread=nslab)
-    return out, values
 
 
 def _half_extent(r2s: np.ndarray, w: int) -> np.ndarray:

@@ -987,6 +987,39 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
 _UNKNOWN = -(2**62)
 
 
+@njit(inline="always", **_OPTS)
+def _class_best(d2, bits, i, j, k, best):
+    # best[c] = the largest D2 of the uphill neighbours (bits, as from prune) of centre
+    # (i, j, k) in class c = (ex + 1) * 4 + |ey| * 2 + |ek|, -1 for a class with none.
+    for c in range(12):
+        best[c] = -1
+    v = bits & np.uint32(0x7FFFFFF)
+    while v:
+        t = trailing_zeros(v)
+        v &= v - np.uint32(1)
+        di = t // 9 - 1
+        dj = (t // 3) % 3 - 1
+        dk = t % 3 - 1
+        b = np.int64(d2[i + di, j + dj, k + dk])
+        c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
+        if b > best[c]:
+            best[c] = b
+
+
+@njit(inline="always", **_OPTS)
+def _small_mask(best, th, r, h):
+    # Bit d + h set when the disc at plane offset d of a ball of rank r + 1 and half extent
+    # h < 32 lies inside an uphill neighbour's disc (thresholds th from disc_thresholds).
+    mask = np.uint64(0)
+    for c in range(12):
+        rq = best[c]
+        if rq < 0:
+            continue
+        for x in range(2 * h + 1):
+            mask |= np.uint64(rq > th[r, c, x]) << np.uint64(x)
+    return mask
+
+
 @njit(**_OPTS)
 def _rest_hidden(rq, c, d, rp, sxi, syi, szi):
     # Whether every disc from plane offset d outwards (|d| growing) lies inside the same
@@ -1049,28 +1082,10 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
             masks[u] = 0
         if h < 0:
             continue
-        for c in range(12):
-            best[c] = -1
-        v = bits[m] & np.uint32(0x7FFFFFF)
-        while v:
-            t = trailing_zeros(v)
-            v &= v - np.uint32(1)
-            di = t // 9 - 1
-            dj = (t // 3) % 3 - 1
-            dk = t % 3 - 1
-            b = np.int64(d2[ci[m] + di, cj[m] + dj, ck[m] + dk])
-            c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
-            if b > best[c]:
-                best[c] = b
+        _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
         r = ranks[m] - 1
         if h < 32:
-            mask = np.uint64(0)
-            for c in range(12):
-                rq = best[c]
-                if rq < 0:
-                    continue
-                for x in range(2 * h + 1):
-                    mask |= np.uint64(rq > th[r, c, x]) << np.uint64(x)
+            mask = _small_mask(best, th, r, h)
             masks[moff[m]] = mask
             if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
                 hidden[m] = 1
@@ -1124,6 +1139,55 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
         if allin:
             hidden[m] = 1
     return masks
+
+
+@njit(**_OPTS)
+def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, sxi, syi, szi, lo0, lo1, lo2,
+              hi0, hi1, hi2, hmax, out, q0, q1):
+    # Output planes [q0, q1) of the box: out = max(out, rank) over the visible discs of the
+    # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
+    # no sort and no slab lists: the centres (sorted flat indices) whose ball reaches these
+    # planes are one range of cand, read in memory order.  A disc inside an uphill
+    # neighbour's disc (_small_mask) is skipped, as in paint_bits_int: every skipped
+    # disc is covered by a painted one of a value at least as large.
+    n0, n1, n2 = d2.shape
+    s0, s1, s2 = out.shape
+    flat = out.reshape(-1)
+    p0 = lo0 + q0
+    p1 = lo0 + q1
+    m0 = np.searchsorted(cand, max(p0 - hmax, 0) * n1 * n2)
+    m1 = np.searchsorted(cand, min(p1 + hmax, n0) * n1 * n2)
+    best = np.empty(12, np.int64)
+    for m in range(m0, m1):
+        p = cand[m]
+        i = p // (n1 * n2)
+        j = (p // n2) % n1
+        k = p % n2
+        a = np.int64(d2[i, j, k])
+        if a >= r2lim:
+            continue
+        h = hwx[a]
+        ia = max(i - h, p0)
+        ib = min(i + h, p1 - 1)
+        if ia > ib:
+            continue
+        _class_best(d2, bits[m], i, j, k, best)
+        r = rank_lut[a]
+        mask = _small_mask(best, th, r - 1, h)
+        rank = np.uint32(r)
+        for ii in range(ia, ib + 1):
+            if (mask >> np.uint64(ii - i + h)) & np.uint64(1):
+                continue
+            dx = (ii - i) * sxi
+            rho = a - dx * dx
+            hj = hwy[rho]
+            for jj in range(max(j - hj, lo1), min(j + hj, hi1 - 1) + 1):
+                dy = (jj - j) * syi
+                hk = hwz[rho - dy * dy]
+                base = ((ii - lo0) * s1 + (jj - lo1)) * s2 - lo2
+                for t in range(base + max(k - hk, lo2), base + min(k + hk, hi2 - 1) + 1):
+                    flat[t] = max(flat[t], rank)
+    return out
 
 
 @njit(**_OPTS)
