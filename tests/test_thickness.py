@@ -529,6 +529,32 @@ def test_first_rest_hidden_plane_is_the_linear_scans(weights):
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
+@pytest.mark.parametrize("shape_kind", ["pores", "cylinder"])
+def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
+    # Centres on a ridge (TAB.FAR_RIDGE) are not walked: nearly the same centres are dropped
+    # as when every centre is walked.
+    if shape_kind == "pores":
+        phase = solid_with_pores((40, 33, 29), 3, 5)
+    else:
+        i, j = np.mgrid[:41, :37]
+        phase = np.repeat(((i - 20.3) ** 2 + (j - 17.8) ** 2 > 9.5 ** 2)[:, :, None], 23, axis=2)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    every = np.flatnonzero(phase.ravel())
+    dropped = []
+    for ridge in (TAB.FAR_RIDGE, 0.0):
+        inside = np.empty(every.size, np.int64)
+        CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, 0, 0, 0,
+                                 *phase.shape, np.inf, TAB.far_min_r2(weights) / 4,
+                                 TAB.FAR_STEP, ridge, inside, 0, every.size)
+        dropped.append(inside >= 0)
+    assert dropped[1].sum() > 0.05 * every.size
+    assert not (dropped[0] & ~dropped[1]).any()
+    lost = (dropped[1] & ~dropped[0]).sum() / dropped[1].sum()
+    assert lost < 0.02
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     # prune_far's claim, checked offset by offset in integers: every lattice point of a
     # dropped ball lies strictly inside the ball of the centre it names, which comes
@@ -540,7 +566,8 @@ def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     r2min = TAB.far_min_r2(weights)
     inside = np.empty(every.size, np.int64)
     CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, 0, 0, 0,
-                             *phase.shape, np.inf, r2min, TAB.FAR_STEP, inside, 0, every.size)
+                             *phase.shape, np.inf, r2min, TAB.FAR_STEP, TAB.FAR_RIDGE, inside, 0,
+                             every.size)
     dropped = np.flatnonzero(inside >= 0)
     assert dropped.size > 0.05 * every.size
     w = np.asarray(weights, np.int64)

@@ -22,7 +22,7 @@ import numpy as np
 
 from volsweep.backend import cpu_threads
 
-from ._tables import (FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
+from ._tables import (FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
                       half_table, level_lut, prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
@@ -166,7 +166,7 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
         # voxels as centres otherwise)
         inside = _scratch("prune_far", cand.shape, np.int64)
         _run(k.prune_far, cand.size, d2, cand, wx, wy, wz, eps, *[int(v) for v in box_lo],
-             *[int(v) for v in box_hi], float(r2keep), r2min, FAR_STEP, inside)
+             *[int(v) for v in box_hi], float(r2keep), r2min, FAR_STEP, FAR_RIDGE, inside)
         kept = inside < 0
         cand, bits = cand[kept], bits[kept]
     return cand, bits

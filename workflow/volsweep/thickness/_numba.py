@@ -409,7 +409,7 @@ def uphill_bits(d2, cand):
 
 @njit(**_OPTS)
 def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step,
-              out, m0, m1):
+              ridge, out, m0, m1):
     # For centres cand[m0:m1]: out[m] = the flat index of a centre q whose ball holds the
     # whole ball of cand[m] (-1 if none found).  Where p and its six neighbours share their
     # nearest background voxel s, central differences of D2 give p - s exactly, and the
@@ -437,6 +437,11 @@ def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r
         uy = (d2[i, j + 1, k] - d2[i, j - 1, k]) / (4.0 * wy)
         uz = (d2[i, j, k + 1] - d2[i, j, k - 1]) / (4.0 * wz)
         if not (math.isfinite(ux) and math.isfinite(uy) and math.isfinite(uz)):
+            continue
+        x = ux * sx  # a ridge point: no ray (_tables.FAR_RIDGE)
+        y = uy * sy
+        z = uz * sz
+        if (x * x + y * y) + z * z < ridge * a:
             continue
         # the farthest point p + c u in the array, c <= 2
         c = 2.0
