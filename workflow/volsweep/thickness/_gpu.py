@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from ._tables import (FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
+from ._tables import (FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
                       prune_table)
 
 CUDA_SOURCE = r"""
@@ -359,8 +359,7 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
                                         double sx, double sy, double sz, double eps,
                                         long long lo0, long long lo1, long long lo2,
                                         long long hi0, long long hi1, long long hi2, double r2keep,
-                                        double r2min, double step, double ridge,
-                                        unsigned char* __restrict__ keep)
+                                        double r2min, double step, unsigned char* __restrict__ keep)
 {
     long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= ncand) return;
@@ -374,9 +373,6 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
     double uy = (d2[p + n2] - d2[p - n2]) / (4.0 * __dmul_rn(sy, sy));
     double uz = (d2[p + 1] - d2[p - 1]) / (4.0 * __dmul_rn(sz, sz));
     if (!(isfinite(ux) && isfinite(uy) && isfinite(uz))) return;
-    double ex = __dmul_rn(ux, sx), ey = __dmul_rn(uy, sy), ez = __dmul_rn(uz, sz);
-    if (__dadd_rn(__dadd_rn(__dmul_rn(ex, ex), __dmul_rn(ey, ey)), __dmul_rn(ez, ez))
-        < __dmul_rn(ridge, a)) return;  /* a ridge point: no ray (FAR_RIDGE) */
     double c = 2.0;
     if (ux > 0) c = fmin(c, ((double)(n0 - 1 - i) + 0.49) / ux);
     else if (ux < 0) c = fmin(c, ((double)i + 0.49) / -ux);
@@ -599,7 +595,7 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
             d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
             np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
             *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
-            np.float64(r2min), np.float64(FAR_STEP), np.float64(FAR_RIDGE), outside))
+            np.float64(r2min), np.float64(FAR_STEP), outside))
         cand = cand[outside.view(cp.bool_)]
     return cand, None
 
