@@ -1155,6 +1155,16 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
                     break
                 masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
                 d += step
+                if last % 4 == 0 and (last // 4 - 1) * step < 0:
+                    # the neighbour behind, same column: need2[0, rho] <= rho - 1, so its
+                    # disc holds every disc with sx^2 (2|d| + 1) <= D2(q) - D2(p), set at once
+                    far = min((best[last] - rp) // (sxi * sxi) - 1, 2 * h) // 2 * step
+                    if (far - d) * step >= 0:
+                        lft = min(d, far) + h
+                        rgt = max(d, far) + h
+                        for w in range(lft >> 6, (rgt >> 6) + 1):
+                            masks[moff[m] + w] |= _span_word(w, lft, rgt)
+                        d = far + step
         if allin:
             hidden[m] = 1
     return masks
