@@ -500,6 +500,34 @@ def test_rest_of_side_test_never_claims_a_disc_outside_the_neighbours(weights):
     assert tried > 1000 and claimed > tried // 4  # and it is not a test that never says True
 
 
+@pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (7, 13, 10), (2, 1, 3)])
+def test_behind_reach_claims_only_discs_inside_the_neighbour_behind(weights):
+    # Every plane |d| <= _behind_reach(rq, rp) is hidden by the table test of the neighbour
+    # one plane behind in the same column (class e = 0, ex = -sign(d)), and the reach grows
+    # with rq; it is the kernel's shortcut, so a plane too many would paint too little.
+    K = CPU._kernels()
+    wx, wy, wz = weights
+    r2max = 6000
+    need2 = TAB.disc_need_table(r2max, wy, wz)
+    rng = np.random.default_rng(11 + sum(weights))
+    claimed = 0
+    for rp in rng.integers(2 * wx * wx, r2max // 2, 120):
+        rp = int(rp)
+        h = math.isqrt(rp - 1) // wx
+        for rq in sorted({rp, rp + 1, rp + 3 * wx * wx, rp + int(rng.integers(0, rp)),
+                          rp + (2 * h + 3) * wx * wx}):
+            reach = min(K._behind_reach(rq, rp, wx), h)
+            assert reach >= -1
+            for d in range(1, reach + 1):
+                for sd in (d, -d):
+                    ex = -1 if sd > 0 else 1
+                    rho = rp - (sd * wx) ** 2
+                    assert rq > need2[0, rho] + ((sd - ex) * wx) ** 2, (rp, rq, sd)
+            claimed += max(reach, 0)
+        assert K._behind_reach(rp + (2 * h + 1) * wx * wx, rp, wx) == h  # a whole side
+    assert claimed > 400  # and the shortcut is not one that never claims a plane
+
+
 @pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (2, 1, 3)])
 def test_first_rest_hidden_plane_is_the_linear_scans(weights):
     # The binary search of the mask kernel finds the plane a scan outwards finds, and

@@ -1079,6 +1079,14 @@ def _first_rest_hidden(rq, c, d, end, rp, sxi, syi, szi):
     return d + lo * step
 
 
+@njit(inline="always", **_OPTS)
+def _behind_reach(rq, rp, sxi):
+    # The largest |d| whose disc (plane offset d of a ball of D2 = rp) lies inside the
+    # same plane's disc of the neighbour one plane behind it in the same column (D2 = rq):
+    # need2[0, rho] <= rho - 1, so every |d| with sx^2 (2|d| + 1) <= rq - rp (-1: none).
+    return ((rq - rp) // (sxi * sxi) - 1) // 2
+
+
 @njit(**_OPTS)
 def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, syi, szi, moff,
                          masks, hidden, m0, m1):
@@ -1156,9 +1164,8 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
                 masks[moff[m] + (x >> 6)] |= np.uint64(1) << np.uint64(x & 63)
                 d += step
                 if last % 4 == 0 and (last // 4 - 1) * step < 0:
-                    # the neighbour behind, same column: need2[0, rho] <= rho - 1, so its
-                    # disc holds every disc with sx^2 (2|d| + 1) <= D2(q) - D2(p), set at once
-                    far = min((best[last] - rp) // (sxi * sxi) - 1, 2 * h) // 2 * step
+                    # the neighbour behind in the same column: its planes set at once
+                    far = min(_behind_reach(best[last], rp, sxi), h) * step
                     if (far - d) * step >= 0:
                         lft = min(d, far) + h
                         rgt = max(d, far) + h
