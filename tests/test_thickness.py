@@ -472,15 +472,17 @@ def test_out_of_device_memory_falls_back_to_the_host_with_the_same_result(monkey
     assert any("out of GPU memory" in r.getMessage() for r in caplog.records)
 
 
+def _kernels_and_disc_table(weights, r2max=6000):
+    return CPU._kernels(), TAB.disc_need_table(r2max, weights[1], weights[2]), r2max
+
+
 @pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (7, 13, 10), (2, 1, 3)])
 def test_rest_of_side_test_never_claims_a_disc_outside_the_neighbours(weights):
     # _rest_hidden(rq, ...) True must mean: every disc from plane d outwards lies inside the
     # same plane's disc of the neighbour (rq > need2[t, rho(d')] + ((d' - ex) sx)^2 for all
     # d').  It is monotone in rq, so at rq = the largest such bound it must say False.
-    K = CPU._kernels()
+    K, need2, r2max = _kernels_and_disc_table(weights)
     wx, wy, wz = weights
-    r2max = 6000
-    need2 = TAB.disc_need_table(r2max, wy, wz)
     rng = np.random.default_rng(sum(weights))
     tried = claimed = 0
     for rp in rng.integers(2 * wx * wx, r2max, 150):
@@ -505,19 +507,19 @@ def test_behind_reach_claims_only_discs_inside_the_neighbour_behind(weights):
     # Every plane |d| <= _behind_reach(rq, rp) is hidden by the table test of the neighbour
     # one plane behind in the same column (class e = 0, ex = -sign(d)), and the reach grows
     # with rq; it is the kernel's shortcut, so a plane too many would paint too little.
-    K = CPU._kernels()
-    wx, wy, wz = weights
-    r2max = 6000
-    need2 = TAB.disc_need_table(r2max, wy, wz)
+    K, need2, r2max = _kernels_and_disc_table(weights)
+    wx = weights[0]
     rng = np.random.default_rng(11 + sum(weights))
     claimed = 0
     for rp in rng.integers(2 * wx * wx, r2max // 2, 120):
         rp = int(rp)
         h = math.isqrt(rp - 1) // wx
+        last = -1
         for rq in sorted({rp, rp + 1, rp + 3 * wx * wx, rp + int(rng.integers(0, rp)),
                           rp + (2 * h + 3) * wx * wx}):
             reach = min(K._behind_reach(rq, rp, wx), h)
-            assert reach >= -1
+            assert reach >= last
+            last = reach
             for d in range(1, reach + 1):
                 for sd in (d, -d):
                     ex = -1 if sd > 0 else 1
