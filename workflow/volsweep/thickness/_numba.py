@@ -1080,6 +1080,19 @@ def _first_rest_hidden(rq, c, d, end, rp, sxi, syi, szi):
 
 
 @njit(inline="always", **_OPTS)
+def _hiding_classes(best, need2, rho, d, sxi):
+    # Bit c set when the disc at plane offset d (rho = its squared radius) lies inside the
+    # disc of the class-c neighbour (D2 = best[c]): 4 table values serve the 12 classes.
+    n = (need2[0, rho], need2[1, rho], need2[3, rho], need2[4, rho])
+    hid = np.uint32(0)
+    for e in range(3):
+        dq = (d - e + 1) * sxi
+        for t in range(4):
+            hid |= np.uint32(best[e * 4 + t] > n[t] + dq * dq) << np.uint32(e * 4 + t)
+    return hid
+
+
+@njit(inline="always", **_OPTS)
 def _behind_reach(rq, rp, sxi):
     # The largest |d| whose disc (plane offset d of a ball of D2 = rp) lies inside the
     # same plane's disc of the neighbour one plane behind it in the same column (D2 = rq):
@@ -1134,21 +1147,18 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
                 x = d + h
                 dd = d * sxi
                 rho = rp - dd * dd
-                inside = False
-                for cc in range(12):
-                    c = last + cc
-                    if c >= 12:
-                        c -= 12
-                    rq = best[c]
-                    if rq < 0:
-                        continue
-                    ex = c // 4 - 1
-                    t = c % 4
-                    dq = (d - ex) * sxi
-                    if rq > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq:
+                # the class that hid the previous disc first, else the first of the others
+                # after it (need2 >= 0, so a class without a neighbour, -1, never hides)
+                ex = last // 4 - 1
+                t = last % 4
+                dq = (d - ex) * sxi
+                inside = best[last] > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq
+                if not inside:
+                    hid = _hiding_classes(best, need2, rho, d, sxi)
+                    if hid:
+                        rot = ((hid >> np.uint32(last)) | (hid << np.uint32(12 - last)))
+                        last = (last + trailing_zeros(rot & np.uint32(0xFFF))) % 12
                         inside = True
-                        last = c
-                        break
                 if not inside:
                     allin = False
                     d += step
