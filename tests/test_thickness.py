@@ -354,14 +354,102 @@ def _centres(phase, spacing):
 
 
 def assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch):
-    """Every ball ordered, every small ball max-painted and the two mixed give ``ref``."""
+    """Every ball ordered, every small ball max-painted and the two mixed give ``ref``,
+    with the small balls' disc masks looked up (disc_mask_lut) or tested."""
     for radius, share in [(0, 0.0), (1000, 0.0), (2, 0.0), (4, 0.0), (4, 2.0)]:
+        for lut_bytes in (CPU.MASK_LUT_BYTES, 0):
+            with monkeypatch.context() as m:
+                m.setattr(CPU, "MAX_PAINT_RADIUS", radius)
+                m.setattr(CPU, "MAX_PAINT_SHARE", share)
+                m.setattr(CPU, "MASK_LUT_BYTES", lut_bytes)
+                got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+            msg = f"radius {radius} share {share} table bytes {lut_bytes}"
+            np.testing.assert_array_equal(ref[0], got[0], err_msg=msg)
+            np.testing.assert_array_equal(ref[1], got[1])
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2), (2, 1, 1), (13, 13, 40)])
+def test_disc_mask_table_equals_the_thresholds(weights):
+    # lut[a, c, delta] is _small_mask's test of a class-c neighbour of D2 = a + delta
+    # against disc_thresholds, at every delta (beyond the table: its last column).
+    lut = CPU.disc_mask_lut(weights, CPU.MASK_LUT_BYTES)
+    count, w = lut.shape[0], lut.shape[2] - 1
+    assert lut.nbytes <= CPU.MASK_LUT_BYTES and count > (1 if weights[0] > 2 else 60)
+    a = np.arange(count)
+    th = CPU.disc_thresholds(a, TAB.disc_need_table(count, weights[1], weights[2]), weights[0])
+    h = CPU._half_extent(a.astype(float), weights[0])
+    assert not lut[:, :, w].any()
+    saturated = 0
+    for delta in range(3 * w):
+        hid = (a[:, None, None] + delta > th) & (np.arange(64) <= 2 * h[:, None, None])
+        want = (hid.astype(np.uint64) << np.arange(64, dtype=np.uint64)).sum(axis=-1)
+        np.testing.assert_array_equal(lut[:, :, min(delta, w - 1)], want, err_msg=str(delta))
+        saturated += delta >= w
+    assert saturated == 2 * w and lut[count - 1].any()
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2)])
+def test_disc_mask_lookup_equals_the_class_test(weights):
+    # _lut_mask against _class_best + _small_mask for random neighbourhoods, inside the
+    # array and on its faces, with neighbours up to 3 table widths above the centre.
+    K = CPU._kernels()
+    lut = CPU.disc_mask_lut(weights, CPU.MASK_LUT_BYTES)
+    count, w = lut.shape[0], lut.shape[2] - 1
+    a_all = np.arange(count)
+    th = CPU.disc_thresholds(a_all, TAB.disc_need_table(count, weights[1], weights[2]),
+                             weights[0])
+    h_all = CPU._half_extent(a_all.astype(float), weights[0])
+    rng = np.random.default_rng(3)
+    best = np.empty(12, np.int64)
+    beyond = 0
+    for trial in range(3000):
+        a = int(rng.integers(max(1, count - 20) if trial % 2 else 1, count))
+        if h_all[a] < 0:
+            continue
+        d2 = (a + rng.integers(-3, 3 * w, (3, 3, 3))).clip(0).astype(np.float64)
+        i, j, k = (1, 1, 1) if trial % 3 else (1, 2, 0)
+        d2[i, j, k] = a
+        bits = np.uint32(0)
+        for t in range(27):
+            di, dj, dk = t // 9 - 1, (t // 3) % 3 - 1, t % 3 - 1
+            inside = all(0 <= v < 3 for v in (i + di, j + dj, k + dk))
+            if inside and (di, dj, dk) != (0, 0, 0) and d2[i + di, j + dj, k + dk] >= a \
+                    and rng.random() < 0.15:
+                bits |= np.uint32(1 << t)
+                beyond += d2[i + di, j + dj, k + dk] - a >= w - 1
+        K._class_best(d2, bits, i, j, k, best)
+        want = K._small_mask(best, th, a, h_all[a])
+        assert K._lut_mask(d2, bits, i, j, k, a, lut) == want, (trial, a)
+    assert beyond > 300
+
+
+def test_disc_masks_from_the_table_equal_the_tested_ones(monkeypatch):
+    # The ordered painter's masks and hidden balls, array for array, with the table and
+    # with the thresholds tested per class, on a phase whose balls span both.
+    phase = blobs((41, 37, 46), sigma=4.5, seed=5)
+    weights, d2, cand, up = _centres(phase, (1, 1, 1))
+    assert d2.reshape(-1)[cand].max() >= CPU.disc_mask_lut(weights, CPU.MASK_LUT_BYTES).shape[0]
+    K = CPU._kernels()
+    kernel = K.disc_skip_masks_bits
+    runs = []
+
+    def record(*args):
+        runs[-1].append(args)
+        return kernel(*args)
+
+    results = []
+    for lut_bytes in (CPU.MASK_LUT_BYTES, 0):
+        runs.append([])
         with monkeypatch.context() as m:
-            m.setattr(CPU, "MAX_PAINT_RADIUS", radius)
-            m.setattr(CPU, "MAX_PAINT_SHARE", share)
-            got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
-        np.testing.assert_array_equal(ref[0], got[0], err_msg=f"radius {radius} share {share}")
-        np.testing.assert_array_equal(ref[1], got[1])
+            m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
+            m.setattr(CPU, "MASK_LUT_BYTES", lut_bytes)
+            m.setattr(K, "disc_skip_masks_bits", record)
+            CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, uphill=up)
+        masks, hidden = runs[-1][0][-4], runs[-1][0][-3]
+        results.append((masks.copy(), hidden.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert results[0][0].any() and results[0][1].any()
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])

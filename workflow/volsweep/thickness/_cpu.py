@@ -253,8 +253,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         out[...] = 0
     hwx = half_table(min(rmax, r2lim - 1), wi[0])
     _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, hwx,
-         half_table(rmax, wi[1]), half_table(rmax, wi[2]), th, wi[0], wi[1], wi[2], *lo, *hi,
-         int(hwx[-1]), out, tasks_per_thread=2)
+         half_table(rmax, wi[1]), half_table(rmax, wi[2]), th, disc_mask_lut(wi, MASK_LUT_BYTES),
+         wi[0], wi[1], wi[2], *lo, *hi, int(hwx[-1]), out, tasks_per_thread=2)
     return out, values
 
 
@@ -274,8 +274,8 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     np.cumsum((2 * ext + 64) // 64, out=moff[1:])
     masks = np.empty(int(moff[-1]), np.uint64)
     hidden = np.empty(cand.size, np.uint8)
-    _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th, need2,
-         wi[0], wi[1], wi[2], moff, masks, hidden)
+    _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th,
+         disc_mask_lut(wi, MASK_LUT_BYTES), need2, wi[0], wi[1], wi[2], moff, masks, hidden)
     # the painted centres' arrays in painting order, and the slab lists that index them
     order = k.paint_order(ranks, hidden, int(vals.size))
     src = (ci, cj, ck, r2i, ranks, ext, moff)
@@ -318,6 +318,52 @@ def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int) -> np.ndarray:
     return th
 
 
+# Bytes of the disc-mask table (disc_mask_lut): it stays in a core's L2 cache.
+MASK_LUT_BYTES = 512 * 1024
+
+
+@functools.lru_cache(maxsize=16)
+def disc_mask_lut(weights, nbytes: int | None = None) -> np.ndarray:
+    """lut[a, c, δ]: the discs of a ball of D2 = a hidden by its uphill neighbours of
+    class c when their largest D2 is a + δ, as the mask bits (d + h) of disc_thresholds.
+
+    The masks only grow with δ: column w - 1 holds every disc the class can hide (larger
+    δ read it) and the last column, w, is 0 (no neighbour of the class).  The table covers
+    the a < A of the largest A whose table fits ``nbytes`` (``MASK_LUT_BYTES``); the
+    kernels test the thresholds for larger balls.
+
+    Examples
+    --------
+    A ball of D2 = 5 spans 5 planes; its neighbour one plane ahead (class 8) with the
+    same D2 hides the two discs ahead of the centre, one with D2 = 6 the centre's too:
+
+    >>> lut = disc_mask_lut((1, 1, 1))
+    >>> bin(lut[5, 8, 0]), bin(lut[5, 8, 1])
+    ('0b11000', '0b11100')
+    """
+    nbytes = MASK_LUT_BYTES if nbytes is None else nbytes
+    w0 = int(weights[0])
+    amax = min((32 * w0) ** 2, nbytes // (12 * 8 * 3))
+    if amax < 2:
+        return np.zeros((0, 12, 1), np.uint64)
+    need2 = disc_need_table(amax - 1, int(weights[1]), int(weights[2]))
+    a = np.arange(amax, dtype=np.int64)
+    th = disc_thresholds(a, need2, w0)
+    h = _half_extent(a.astype(np.float64), w0)
+    valid = np.arange(64)[None, :] <= 2 * h[:, None]
+    # per a, the columns its masks need: delta up to the largest threshold - a
+    width = np.where(valid[:, None, :], th - a[:, None, None], 0).max(axis=(1, 2)) + 2
+    width = np.maximum.accumulate(width)
+    fits = a * 12 * (width + 1) * 8 <= nbytes
+    count = int(np.flatnonzero(fits)[-1]) if fits.any() else 0
+    w = int(width[max(count - 1, 0)])
+    rq = a[:count, None] + np.arange(w)[None, :]                      # (A, w)
+    hid = (rq[:, None, :, None] > th[:count, :, None, :]) & valid[:count, None, None, :]
+    lut = np.zeros((count, 12, w + 1), np.uint64)
+    lut[:, :, :w] = (hid.astype(np.uint64) << np.arange(64, dtype=np.uint64)).sum(axis=-1)
+    return lut
+
+
 def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """Float32 diameter from a rank map (``_tables.diameter_lut``), 0 where rank is 0."""
     lut = diameter_lut(values, scale)
@@ -341,5 +387,5 @@ def memory_bytes(shape) -> int:
 # rank, uphill bits, slab-list entry and extent; disc-skip mask (uint64).
 _PER_CENTRE = 8 * 7 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
-# half-width tables, int64; plus the pruning table (level lookup and offsets).
-_TABLE_BYTES = 8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40
+# half-width tables, int64; the pruning table (level lookup and offsets); the disc masks.
+_TABLE_BYTES = 8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40 + MASK_LUT_BYTES

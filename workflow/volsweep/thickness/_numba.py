@@ -1039,6 +1039,37 @@ def _small_mask(best, th, r, h):
     return mask
 
 
+@njit(inline="always", **_OPTS)
+def _lut_mask(d2, bits, i, j, k, a, lut):
+    # _small_mask of centre (i, j, k), D2 = a < lut.shape[0], from the table of
+    # _cpu.disc_mask_lut: an uphill neighbour of class c and D2 = a + delta hides the
+    # discs lut[a, c, min(delta, w - 1)] (column w: no neighbour), so the masks of a
+    # class's neighbours OR to its largest D2's.  Inside the array all 26 are read.
+    w = lut.shape[2] - 1
+    mask = np.uint64(0)
+    n0, n1, n2 = d2.shape
+    if 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
+        t = 0
+        for di in range(-1, 2):
+            for dj in range(-1, 2):
+                for dk in range(-1, 2):
+                    on = (bits >> np.uint32(t)) & np.uint32(1)
+                    delta = min(np.int64(d2[i + di, j + dj, k + dk]) - a, w - 1)
+                    mask |= lut[a, (di + 1) * 4 + abs(dj) * 2 + abs(dk), delta if on else w]
+                    t += 1
+        return mask
+    v = bits & np.uint32(0x7FFFFFF)
+    while v:
+        t = trailing_zeros(v)
+        v &= v - np.uint32(1)
+        di = t // 9 - 1
+        dj = (t // 3) % 3 - 1
+        dk = t % 3 - 1
+        delta = min(np.int64(d2[i + di, j + dj, k + dk]) - a, w - 1)
+        mask |= lut[a, (di + 1) * 4 + abs(dj) * 2 + abs(dk), delta]
+    return mask
+
+
 @njit(**_OPTS)
 def _rest_hidden(rq, c, d, rp, sxi, syi, szi):
     # Whether every disc from plane offset d outwards (|d| growing) lies inside the same
@@ -1101,8 +1132,8 @@ def _behind_reach(rq, rp, sxi):
 
 
 @njit(**_OPTS)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi, syi, szi, moff,
-                         masks, hidden, m0, m1):
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, sxi, syi, szi,
+                         moff, masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
     # when the disc at plane offset d lies inside an uphill neighbour's disc, and
     # hidden[m] = 1 when every disc of the ball does: the ball lies in the union of
@@ -1122,8 +1153,15 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
             masks[u] = 0
         if h < 0:
             continue
-        _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
         r = ranks[m] - 1
+        a = vals[r]
+        if a < lut.shape[0]:
+            mask = _lut_mask(d2, bits[m], ci[m], cj[m], ck[m], a, lut)
+            masks[moff[m]] = mask
+            if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
+                hidden[m] = 1
+            continue
+        _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
         if h < 32:
             mask = _small_mask(best, th, r, h)
             masks[moff[m]] = mask
@@ -1134,7 +1172,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
         # disc is hidden (every plane: the painter skips hidden discs after a visible one),
         # and the rest of a side at once from where _rest_hidden holds for the class that hid
         # the disc (first[c], found once per class and side)
-        rp = vals[r]
+        rp = a
         allin = True
         last = 0  # the class that hid the previous disc is tried first
         for side in range(2):
@@ -1188,8 +1226,8 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, need2, sxi,
 
 
 @njit(**_OPTS)
-def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, sxi, syi, szi, lo0, lo1, lo2,
-              hi0, hi1, hi2, hmax, out, q0, q1):
+def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi, szi, lo0, lo1,
+              lo2, hi0, hi1, hi2, hmax, out, q0, q1):
     # Output planes [q0, q1) of the box: out = max(out, rank) over the visible discs of the
     # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
     # no sort and no slab lists: the centres (sorted flat indices) whose ball reaches these
@@ -1217,9 +1255,12 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, sxi, syi, szi,
         ib = min(i + h, p1 - 1)
         if ia > ib:
             continue
-        _class_best(d2, bits[m], i, j, k, best)
         r = rank_lut[a]
-        mask = _small_mask(best, th, r - 1, h)
+        if a < lut.shape[0]:
+            mask = _lut_mask(d2, bits[m], i, j, k, a, lut)
+        else:
+            _class_best(d2, bits[m], i, j, k, best)
+            mask = _small_mask(best, th, r - 1, h)
         rank = np.uint32(r)
         for ii in range(ia, ib + 1):
             if (mask >> np.uint64(ii - i + h)) & np.uint64(1):
