@@ -31,6 +31,13 @@ GROUP_LINES = 16
 GROUP_SPAN = 32
 
 
+# Uphill bits (_uphill_bit) of the face neighbours in a centre's plane: (0, +-1, 0), (0, 0, +-1).
+_BIT_J_PLUS = np.uint32(16)
+_BIT_J_MINUS = np.uint32(10)
+_BIT_K_PLUS = np.uint32(14)
+_BIT_K_MINUS = np.uint32(12)
+
+
 @njit(inline="always", **_OPTS)
 def _uphill_bit(a, b, di, dj, dk):
     # Neighbour (di, dj, dk) of squared distance b comes before its centre (a) in the strict
@@ -1262,17 +1269,27 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
             _class_best(d2, bits[m], i, j, k, best)
             mask = _small_mask(best, th, r - 1, h)
         rank = np.uint32(r)
+        # an uphill face neighbour in the plane holds, in every disc, the rows beyond it
+        # (j), or each row but the voxel at its far end (k): its rows there are as wide or
+        # wider (with both k neighbours, only rows of one voxel remain)
+        up = bits[m]
+        jp = (up >> _BIT_J_PLUS) & np.uint32(1)
+        jm = (up >> _BIT_J_MINUS) & np.uint32(1)
+        kp = (up >> _BIT_K_PLUS) & np.uint32(1)
+        km = (up >> _BIT_K_MINUS) & np.uint32(1)
         for ii in range(ia, ib + 1):
             if (mask >> np.uint64(ii - i + h)) & np.uint64(1):
                 continue
             dx = (ii - i) * sxi
             rho = a - dx * dx
             hj = hwy[rho]
-            for jj in range(max(j - hj, lo1), min(j + hj, hi1 - 1) + 1):
+            for jj in range(max(j if jm else j - hj, lo1), min(j if jp else j + hj, hi1 - 1) + 1):
                 dy = (jj - j) * syi
                 hk = hwz[rho - dy * dy]
                 base = ((ii - lo0) * s1 + (jj - lo1)) * s2 - lo2
-                for t in range(base + max(k - hk, lo2), base + min(k + hk, hi2 - 1) + 1):
+                k0 = k + hk if km else k - hk
+                k1 = k - hk if kp else k + hk
+                for t in range(base + max(k0, lo2), base + min(k1, hi2 - 1) + 1):
                     flat[t] = max(flat[t], rank)
     return out
 
