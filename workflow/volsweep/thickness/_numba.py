@@ -39,6 +39,17 @@ _BIT_K_MINUS = np.uint32(12)
 
 
 @njit(inline="always", **_OPTS)
+def _face_uphill(up):
+    # Which face neighbours in the centre's plane are uphill: (0, +1, 0), (0, -1, 0),
+    # (0, 0, +1), (0, 0, -1).  Such a neighbour's rows are as wide or wider than the
+    # centre's in every plane, so it holds the centre's rows beyond it (j), or each row
+    # but the voxel at its far end (k; with both k neighbours, only rows of one voxel).
+    one = np.uint32(1)
+    return ((up >> _BIT_J_PLUS) & one, (up >> _BIT_J_MINUS) & one,
+            (up >> _BIT_K_PLUS) & one, (up >> _BIT_K_MINUS) & one)
+
+
+@njit(inline="always", **_OPTS)
 def _uphill_bit(a, b, di, dj, dk):
     # Neighbour (di, dj, dk) of squared distance b comes before its centre (a) in the strict
     # order (D2 descending, flat index ascending): its bit for paint_bits_int, else 0.
@@ -1269,14 +1280,7 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
             _class_best(d2, bits[m], i, j, k, best)
             mask = _small_mask(best, th, r - 1, h)
         rank = np.uint32(r)
-        # an uphill face neighbour in the plane holds, in every disc, the rows beyond it
-        # (j), or each row but the voxel at its far end (k): its rows there are as wide or
-        # wider (with both k neighbours, only rows of one voxel remain)
-        up = bits[m]
-        jp = (up >> _BIT_J_PLUS) & np.uint32(1)
-        jm = (up >> _BIT_J_MINUS) & np.uint32(1)
-        kp = (up >> _BIT_K_PLUS) & np.uint32(1)
-        km = (up >> _BIT_K_MINUS) & np.uint32(1)
+        jp, jm, kp, km = _face_uphill(bits[m])  # rows held by those neighbours are skipped
         for ii in range(ia, ib + 1):
             if (mask >> np.uint64(ii - i + h)) & np.uint64(1):
                 continue
