@@ -1011,6 +1011,17 @@ _UNKNOWN = -(2**62)
 
 
 @njit(inline="always", **_OPTS)
+def _pop_neighbour(v):
+    # The lowest set bit of v (uphill bits, as from prune): v without it, and that
+    # neighbour's offset and class c = (ex + 1) * 4 + |ey| * 2 + |ek|.
+    t = trailing_zeros(v)
+    di = t // 9 - 1
+    dj = (t // 3) % 3 - 1
+    dk = t % 3 - 1
+    return v & (v - np.uint32(1)), di, dj, dk, (di + 1) * 4 + abs(dj) * 2 + abs(dk)
+
+
+@njit(inline="always", **_OPTS)
 def _class_best(d2, bits, i, j, k, best):
     # best[c] = the largest D2 of the uphill neighbours (bits, as from prune) of centre
     # (i, j, k) in class c = (ex + 1) * 4 + |ey| * 2 + |ek|, -1 for a class with none.
@@ -1032,15 +1043,8 @@ def _class_best(d2, bits, i, j, k, best):
         return
     v = bits & np.uint32(0x7FFFFFF)
     while v:
-        t = trailing_zeros(v)
-        v &= v - np.uint32(1)
-        di = t // 9 - 1
-        dj = (t // 3) % 3 - 1
-        dk = t % 3 - 1
-        b = np.int64(d2[i + di, j + dj, k + dk])
-        c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
-        if b > best[c]:
-            best[c] = b
+        v, di, dj, dk, c = _pop_neighbour(v)
+        best[c] = max(best[c], np.int64(d2[i + di, j + dj, k + dk]))
 
 
 @njit(inline="always", **_OPTS)
@@ -1058,33 +1062,15 @@ def _small_mask(best, th, r, h):
 
 
 @njit(inline="always", **_OPTS)
-def _lut_mask(d2, bits, i, j, k, a, lut):
-    # _small_mask of centre (i, j, k), D2 = a < lut.shape[0], from the table of
-    # _cpu.disc_mask_lut: an uphill neighbour of class c and D2 = a + delta hides the
-    # discs lut[a, c, min(delta, w - 1)] (column w: no neighbour), so the masks of a
-    # class's neighbours OR to its largest D2's.  Inside the array all 26 are read.
+def _lut_mask(best, a, lut):
+    # _small_mask of a ball of D2 = a < lut.shape[0] from the table of
+    # _cpu.disc_mask_lut: the class-c neighbours (largest D2 best[c] = a + delta, from
+    # _class_best) hide the discs lut[a, c, min(delta, w - 1)]; column w: no neighbour.
     w = lut.shape[2] - 1
     mask = np.uint64(0)
-    n0, n1, n2 = d2.shape
-    if 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
-        t = 0
-        for di in range(-1, 2):
-            for dj in range(-1, 2):
-                for dk in range(-1, 2):
-                    on = (bits >> np.uint32(t)) & np.uint32(1)
-                    delta = min(np.int64(d2[i + di, j + dj, k + dk]) - a, w - 1)
-                    mask |= lut[a, (di + 1) * 4 + abs(dj) * 2 + abs(dk), delta if on else w]
-                    t += 1
-        return mask
-    v = bits & np.uint32(0x7FFFFFF)
-    while v:
-        t = trailing_zeros(v)
-        v &= v - np.uint32(1)
-        di = t // 9 - 1
-        dj = (t // 3) % 3 - 1
-        dk = t % 3 - 1
-        delta = min(np.int64(d2[i + di, j + dj, k + dk]) - a, w - 1)
-        mask |= lut[a, (di + 1) * 4 + abs(dj) * 2 + abs(dk), delta]
+    for c in range(12):
+        delta = min(best[c] - a, w - 1)
+        mask |= lut[a, c, delta if best[c] >= 0 else w]
     return mask
 
 
@@ -1173,15 +1159,9 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
             continue
         r = ranks[m] - 1
         a = vals[r]
-        if a < lut.shape[0]:
-            mask = _lut_mask(d2, bits[m], ci[m], cj[m], ck[m], a, lut)
-            masks[moff[m]] = mask
-            if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
-                hidden[m] = 1
-            continue
         _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
         if h < 32:
-            mask = _small_mask(best, th, r, h)
+            mask = _lut_mask(best, a, lut) if a < lut.shape[0] else _small_mask(best, th, r, h)
             masks[moff[m]] = mask
             if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
                 hidden[m] = 1
@@ -1274,10 +1254,10 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
         if ia > ib:
             continue
         r = rank_lut[a]
+        _class_best(d2, bits[m], i, j, k, best)
         if a < lut.shape[0]:
-            mask = _lut_mask(d2, bits[m], i, j, k, a, lut)
+            mask = _lut_mask(best, a, lut)
         else:
-            _class_best(d2, bits[m], i, j, k, best)
             mask = _small_mask(best, th, r - 1, h)
         rank = np.uint32(r)
         jp, jm, kp, km = _face_uphill(bits[m])  # rows held by those neighbours are skipped
