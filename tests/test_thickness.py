@@ -673,6 +673,35 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
+@pytest.mark.parametrize("box", [None, ((4, 3, 5), (30, 27, 22))])
+def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box):
+    # prune walks far_container itself, before a centre's 26 neighbours: it keeps exactly
+    # the centres that pruning by neighbours and then prune_far would keep.
+    phase = solid_with_pores((40, 33, 29), 3, 5)
+    phase[:, :4] &= blobs((40, 4, 29), sigma=1.5, seed=2)  # small balls beside large ones
+    weights, _ = TAB.lattice(spacing)
+    lo, hi = box or ((0, 0, 0), phase.shape)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    r2keep = 30.0 ** 2 * max(weights) ** 2 if box else np.inf
+    cand, bits = CPU.candidates(d2, weights, lo, hi, r2keep)
+    K = CPU._kernels()
+    w = tuple(float(v) for v in weights)
+    r2need = float(d2[np.isfinite(d2)].max())
+    levels, need, r2cap = TAB.prune_table(r2need, weights)
+    levlut = TAB.level_lut(levels, r2cap, weights)
+    mask = np.empty(phase.shape, np.uint32)
+    K.prune(d2, *w, 0.0, *lo, *hi, r2keep, levels, need, r2cap, levlut, np.inf, TAB.FAR_STEP,
+            TAB.FAR_RIDGE, mask, 0, phase.shape[0])
+    near = np.flatnonzero(mask.ravel())
+    inside = np.empty(near.size, np.int64)
+    K.prune_far(d2, near, *w, 0.0, *lo, *hi, r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP,
+                TAB.FAR_RIDGE, inside, 0, near.size)
+    np.testing.assert_array_equal(cand, near[inside < 0])
+    np.testing.assert_array_equal(bits, mask.ravel()[near[inside < 0]])
+    assert (inside >= 0).sum() > 100
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     # prune_far's claim, checked offset by offset in integers: every lattice point of a
     # dropped ball lies strictly inside the ball of the centre it names, which comes

@@ -264,12 +264,14 @@ def _gap(i, lo, hi):
 
 @njit(**_OPTS)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, out, i0, i1):
+          levlut, r2min, step, ridge, out, i0, i1):
     # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
     # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
     # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
-    # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.
+    # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.  A
+    # centre that far_container finds inside a farther ball (a >= r2min) is dropped too,
+    # before its 26 neighbours are read.
     n0, n1, n2 = d2.shape
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
@@ -316,6 +318,10 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 or nf1 < d2[i, j - 1, k] < np.inf or nf1 < d2[i, j + 1, k] < np.inf
                                 or nf2 < d2[i, j, k - 1] < np.inf or nf2 < d2[i, j, k + 1] < np.inf):
                             continue
+                        if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1,
+                                                        lo2, hi0, hi1, hi2, r2keep, r2min, step,
+                                                        ridge) >= 0:
+                            continue
                         # inside the array: all 26 without bounds tests or branches
                         for di in range(-1, 2):
                             for dj in range(-1, 2):
@@ -328,6 +334,10 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                     up |= _uphill_bit(a, b, di, dj, dk)
                         if keep:
                             out[i, j, k] = up | np.uint32(1 << 31)
+                        continue
+                    if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2,
+                                                    hi0, hi1, hi2, r2keep, r2min, step,
+                                                    ridge) >= 0:
                         continue
                     for di in range(-1, 2):
                         ii = i + di
@@ -426,92 +436,99 @@ def uphill_bits(d2, cand):
 
 
 @njit(**_OPTS)
-def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step,
-              ridge, out, m0, m1):
-    # For centres cand[m0:m1]: out[m] = the flat index of a centre q whose ball holds the
-    # whole ball of cand[m] (-1 if none found).  Where p and its six neighbours share their
-    # nearest background voxel s, central differences of D2 give p - s exactly, and the
-    # balls along the ray from s through p grow faster than they move: q is tried on that
-    # ray, at c, c*step ... of the farthest in-array point.  Every lattice offset o of p's
-    # ball has |o|^2 <= a - 1 (a = D2(p), integers), so the ball is inside q's when sqrt(a - 1) + |q - p| < sqrt(D2(q)), in squared form
-    # el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1), which is exact
-    # (eps = 0) below prune's exact bound; D2(q) > a, so q comes first in the order.
-    # Centres with a < r2min are left to prune (their neighbours decide them).
+def far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min,
+                  step, ridge):
+    # The flat index of a centre q whose ball holds the whole ball of centre (i, j, k), -1
+    # if none is found.  Where p and its six neighbours share their nearest background
+    # voxel s, central differences of D2 give p - s exactly, and the balls along the ray
+    # from s through p grow faster than they move: q is tried on that ray, at c,
+    # c*step ... of the farthest in-array point.  Every lattice offset o of p's ball has
+    # |o|^2 <= a - 1 (a = D2(p), integers), so the ball is inside q's when
+    # sqrt(a - 1) + |q - p| < sqrt(D2(q)), in squared form el = D2(q) - |q - p|^2 - (a - 1)
+    # > 0 and el^2 > 4 |q - p|^2 (a - 1), which is exact (eps = 0) below prune's exact
+    # bound; D2(q) > a, so q comes first in the order.  Centres with a < r2min, on the
+    # array's faces or on a ridge (_tables.FAR_RIDGE) are not walked.
     n0, n1, n2 = d2.shape
     wx = sx * sx
     wy = sy * sy
     wz = sz * sz
+    a = d2[i, j, k]
+    if not (r2min <= a < np.inf) or i == 0 or j == 0 or k == 0 or i == n0 - 1 \
+            or j == n1 - 1 or k == n2 - 1:
+        return -1
+    ux = (d2[i + 1, j, k] - d2[i - 1, j, k]) / (4.0 * wx)
+    uy = (d2[i, j + 1, k] - d2[i, j - 1, k]) / (4.0 * wy)
+    uz = (d2[i, j, k + 1] - d2[i, j, k - 1]) / (4.0 * wz)
+    if not (math.isfinite(ux) and math.isfinite(uy) and math.isfinite(uz)):
+        return -1
+    x = ux * sx  # a ridge point: no ray
+    y = uy * sy
+    z = uz * sz
+    if (x * x + y * y) + z * z < ridge * a:
+        return -1
+    # the farthest point p + c u in the array, c <= 2
+    c = 2.0
+    if ux > 0:
+        c = min(c, (n0 - 1 - i + 0.49) / ux)
+    elif ux < 0:
+        c = min(c, (i + 0.49) / -ux)
+    if uy > 0:
+        c = min(c, (n1 - 1 - j + 0.49) / uy)
+    elif uy < 0:
+        c = min(c, (j + 0.49) / -uy)
+    if uz > 0:
+        c = min(c, (n2 - 1 - k + 0.49) / uz)
+    elif uz < 0:
+        c = min(c, (k + 0.49) / -uz)
+    pi = 0
+    pj = 0
+    pk = 0
+    while True:
+        vi = int(math.floor(c * ux + 0.5))
+        vj = int(math.floor(c * uy + 0.5))
+        vk = int(math.floor(c * uz + 0.5))
+        if vi == 0 and vj == 0 and vk == 0:
+            return -1
+        c *= step
+        if vi == pi and vj == pj and vk == pk:
+            continue
+        pi = vi
+        pj = vj
+        pk = vk
+        ii = i + vi
+        jj = j + vj
+        kk = k + vk
+        if ii < 0 or jj < 0 or kk < 0 or ii >= n0 or jj >= n1 or kk >= n2:
+            continue
+        b = d2[ii, jj, kk]
+        if b == np.inf:
+            continue
+        # q must be a centre prune may keep (within r2keep of the box)
+        x = _gap(ii, lo0, hi0) * sx
+        y = _gap(jj, lo1, hi1) * sy
+        z = _gap(kk, lo2, hi2) * sz
+        if not (x * x + y * y) + z * z < r2keep:
+            continue
+        x = vi * sx
+        y = vj * sy
+        z = vk * sz
+        v2 = (x * x + y * y) + z * z
+        el = b - v2 - (a - 1.0)
+        if el > 0.0 and el * el > 4.0 * v2 * (a - 1.0) * (1.0 + eps):
+            return (ii * n1 + jj) * n2 + kk
+    return -1
+
+
+@njit(**_OPTS)
+def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step,
+              ridge, out, m0, m1):
+    # far_container of the centres cand[m0:m1] (flat indices), into out[m0:m1]; prune
+    # applies it itself, this serves the tests and the GPU's emulated kernel.
+    n0, n1, n2 = d2.shape
     for m in range(m0, m1):
-        out[m] = -1
         p = cand[m]
-        i = p // (n1 * n2)
-        j = (p // n2) % n1
-        k = p % n2
-        a = d2[i, j, k]
-        if not (r2min <= a < np.inf) or i == 0 or j == 0 or k == 0 or i == n0 - 1 \
-                or j == n1 - 1 or k == n2 - 1:
-            continue
-        ux = (d2[i + 1, j, k] - d2[i - 1, j, k]) / (4.0 * wx)
-        uy = (d2[i, j + 1, k] - d2[i, j - 1, k]) / (4.0 * wy)
-        uz = (d2[i, j, k + 1] - d2[i, j, k - 1]) / (4.0 * wz)
-        if not (math.isfinite(ux) and math.isfinite(uy) and math.isfinite(uz)):
-            continue
-        x = ux * sx  # a ridge point: no ray (_tables.FAR_RIDGE)
-        y = uy * sy
-        z = uz * sz
-        if (x * x + y * y) + z * z < ridge * a:
-            continue
-        # the farthest point p + c u in the array, c <= 2
-        c = 2.0
-        if ux > 0:
-            c = min(c, (n0 - 1 - i + 0.49) / ux)
-        elif ux < 0:
-            c = min(c, (i + 0.49) / -ux)
-        if uy > 0:
-            c = min(c, (n1 - 1 - j + 0.49) / uy)
-        elif uy < 0:
-            c = min(c, (j + 0.49) / -uy)
-        if uz > 0:
-            c = min(c, (n2 - 1 - k + 0.49) / uz)
-        elif uz < 0:
-            c = min(c, (k + 0.49) / -uz)
-        pi = 0
-        pj = 0
-        pk = 0
-        while True:
-            vi = int(math.floor(c * ux + 0.5))
-            vj = int(math.floor(c * uy + 0.5))
-            vk = int(math.floor(c * uz + 0.5))
-            if vi == 0 and vj == 0 and vk == 0:
-                break
-            c *= step
-            if vi == pi and vj == pj and vk == pk:
-                continue
-            pi = vi
-            pj = vj
-            pk = vk
-            ii = i + vi
-            jj = j + vj
-            kk = k + vk
-            if ii < 0 or jj < 0 or kk < 0 or ii >= n0 or jj >= n1 or kk >= n2:
-                continue
-            b = d2[ii, jj, kk]
-            if b == np.inf:
-                continue
-            # q must be a centre prune may keep (within r2keep of the box)
-            x = _gap(ii, lo0, hi0) * sx
-            y = _gap(jj, lo1, hi1) * sy
-            z = _gap(kk, lo2, hi2) * sz
-            if not (x * x + y * y) + z * z < r2keep:
-                continue
-            x = vi * sx
-            y = vj * sy
-            z = vk * sz
-            v2 = (x * x + y * y) + z * z
-            el = b - v2 - (a - 1.0)
-            if el > 0.0 and el * el > 4.0 * v2 * (a - 1.0) * (1.0 + eps):
-                out[m] = (ii * n1 + jj) * n2 + kk
-                break
+        out[m] = far_container(d2, p // (n1 * n2), (p // n2) % n1, p % n2, sx, sy, sz, eps,
+                               lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step, ridge)
     return out
 
 
