@@ -377,10 +377,9 @@ def memory_bytes(shape) -> int:
     return int(n * per_voxel + _TABLE_BYTES)
 
 
-# Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2, the
-# container found by prune_far (int64);
+# Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2 (int64);
 # rank, uphill bits, slab-list entry and extent; disc-skip mask (uint64).
-_PER_CENTRE = 8 * 7 + 4 * 4 + 8
+_PER_CENTRE = 8 * 6 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
 # half-width tables, int64; the pruning table (level lookup and offsets); the disc masks.
 _TABLE_BYTES = 8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40 + MASK_LUT_BYTES
