@@ -674,9 +674,13 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 @pytest.mark.parametrize("box", [None, ((4, 3, 5), (30, 27, 22))])
-def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box):
-    # prune walks far_container itself, before a centre's 26 neighbours: it keeps exactly
-    # the centres that pruning by neighbours and then prune_far would keep.
+@pytest.mark.parametrize("first_radius", [0, 12, 10**4])
+def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_radius,
+                                                            monkeypatch):
+    # prune walks far_container itself, before (radius >= FAR_FIRST_RADIUS) or after a
+    # centre's 26 neighbours: it keeps exactly the centres and bits that pruning by
+    # neighbours and then prune_far would keep.
+    monkeypatch.setattr(TAB, "FAR_FIRST_RADIUS", first_radius)
     phase = solid_with_pores((40, 33, 29), 3, 5)
     phase[:, :4] &= blobs((40, 4, 29), sigma=1.5, seed=2)  # small balls beside large ones
     weights, _ = TAB.lattice(spacing)
@@ -690,8 +694,8 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box):
     levels, need, r2cap = TAB.prune_table(r2need, weights)
     levlut = TAB.level_lut(levels, r2cap, weights)
     mask = np.empty(phase.shape, np.uint32)
-    K.prune(d2, *w, 0.0, *lo, *hi, r2keep, levels, need, r2cap, levlut, np.inf, TAB.FAR_STEP,
-            TAB.FAR_RIDGE, mask, 0, phase.shape[0])
+    K.prune(d2, *w, 0.0, *lo, *hi, r2keep, levels, need, r2cap, levlut, np.inf, np.inf,
+            TAB.FAR_STEP, TAB.FAR_RIDGE, mask, 0, phase.shape[0])
     near = np.flatnonzero(mask.ravel())
     inside = np.empty(near.size, np.int64)
     K.prune_far(d2, near, *w, 0.0, *lo, *hi, r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP,

@@ -264,14 +264,15 @@ def _gap(i, lo, hi):
 
 @njit(**_OPTS)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, r2min, step, ridge, out, i0, i1):
+          levlut, r2min, r2first, step, ridge, out, i0, i1):
     # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
     # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
     # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
     # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.  A
-    # centre that far_container finds inside a farther ball (a >= r2min) is dropped too,
-    # before its 26 neighbours are read.
+    # centre that far_container finds inside a farther ball (a >= r2min) is dropped too:
+    # from r2first on before its 26 neighbours are read (most such walks succeed), below
+    # it after them (the neighbours prune most such centres first).
     n0, n1, n2 = d2.shape
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
@@ -318,9 +319,9 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 or nf1 < d2[i, j - 1, k] < np.inf or nf1 < d2[i, j + 1, k] < np.inf
                                 or nf2 < d2[i, j, k - 1] < np.inf or nf2 < d2[i, j, k + 1] < np.inf):
                             continue
-                        if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1,
-                                                        lo2, hi0, hi1, hi2, r2keep, r2min, step,
-                                                        ridge) >= 0:
+                        if a >= r2first and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1,
+                                                          lo2, hi0, hi1, hi2, r2keep, r2min, step,
+                                                          ridge) >= 0:
                             continue
                         # inside the array: all 26 without bounds tests or branches
                         for di in range(-1, 2):
@@ -332,7 +333,9 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     keep &= not need[et, lev] < b < np.inf
                                     up |= _uphill_bit(a, b, di, dj, dk)
-                        if keep:
+                        if keep and not (r2min <= a < r2first and far_container(
+                                d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
+                                r2keep, r2min, step, ridge) >= 0):
                             out[i, j, k] = up | np.uint32(1 << 31)
                         continue
                     if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2,

@@ -39,6 +39,24 @@ FAR_STEP = 0.7
 FAR_RIDGE = 0.75
 
 
+# On the CPU, centres of radius >= FAR_FIRST_RADIUS finest weights are walked before their 26
+# neighbours are read (in a solid with few pores most such walks find a container, and a
+# dropped centre then costs no neighbour loop); smaller ones after (on porous phases the
+# neighbours drop most of them, and most of their walks find nothing).
+FAR_FIRST_RADIUS = 32
+
+
+def far_first_r2(weights) -> float:
+    """Squared lattice radius from which prune walks a centre's ray before its neighbours.
+
+    Examples
+    --------
+    >>> far_first_r2((1, 1, 1))
+    1024.0
+    """
+    return float((FAR_FIRST_RADIUS * min(weights)) ** 2)
+
+
 def far_min_r2(weights) -> float:
     """Smallest squared lattice radius of the centres that far pruning looks at.
 
