@@ -22,8 +22,9 @@ import numpy as np
 
 from volsweep.backend import cpu_threads
 
+from . import _tables
 from ._tables import (FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table,
-                      far_first_r2, far_min_r2, half_table, level_lut, prune_table)
+                      far_min_r2, half_table, level_lut, prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
@@ -157,7 +158,8 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     mask = _scratch("prune_mask", d2.shape, np.uint32)
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
-         r2min if r2need >= r2min else np.inf, far_first_r2(weights), FAR_STEP, FAR_RIDGE, mask)
+         r2min if r2need >= r2min else np.inf,
+         far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP, FAR_RIDGE, mask)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)

@@ -46,26 +46,18 @@ FAR_RIDGE = 0.75
 FAR_FIRST_RADIUS = 32
 
 
-def far_first_r2(weights) -> float:
-    """Squared lattice radius from which prune walks a centre's ray before its neighbours.
-
-    Examples
-    --------
-    >>> far_first_r2((1, 1, 1))
-    1024.0
-    """
-    return float((FAR_FIRST_RADIUS * min(weights)) ** 2)
-
-
-def far_min_r2(weights) -> float:
-    """Smallest squared lattice radius of the centres that far pruning looks at.
+def far_min_r2(weights, radius=None) -> float:
+    """Smallest squared lattice radius of the centres that far pruning looks at: ``radius``
+    (``FAR_MIN_RADIUS`` when None) finest weights.
 
     Examples
     --------
     >>> far_min_r2((13, 13, 40))
     10816.0
+    >>> far_min_r2((1, 1, 1), FAR_FIRST_RADIUS)  # walked before their neighbours from here
+    1024.0
     """
-    return float((FAR_MIN_RADIUS * min(weights)) ** 2)
+    return float(((FAR_MIN_RADIUS if radius is None else radius) * min(weights)) ** 2)
 
 
 @functools.lru_cache(maxsize=64)
