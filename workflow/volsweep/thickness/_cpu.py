@@ -154,12 +154,11 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     eps = 0.0 if r2need < _PRUNE_EXACT else 1e-9
     # balls inside a farther ball on their ray (a solid with few pores keeps most voxels
     # as centres otherwise) are dropped by prune itself (far_container)
-    r2min = far_min_r2(weights)
     mask = _scratch("prune_mask", d2.shape, np.uint32)
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
-         r2min if r2need >= r2min else np.inf,
-         far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP, FAR_RIDGE, mask)
+         far_min_r2(weights), far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP,
+         FAR_RIDGE, mask)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)
