@@ -31,11 +31,16 @@ GROUP_LINES = 16
 GROUP_SPAN = 32
 
 
-# Uphill bits (_uphill_bit) of the face neighbours in a centre's plane: (0, +-1, 0), (0, 0, +-1).
-_BIT_J_PLUS = np.uint32(16)
-_BIT_J_MINUS = np.uint32(10)
-_BIT_K_PLUS = np.uint32(14)
-_BIT_K_MINUS = np.uint32(12)
+def _neighbour_bit(di, dj, dk):
+    # The bit of neighbour (di, dj, dk) in a centre's uphill bits (_uphill_bit).
+    return (di + 1) * 9 + (dj + 1) * 3 + (dk + 1)
+
+
+# Uphill bits of the face neighbours in a centre's plane: (0, +-1, 0), (0, 0, +-1).
+_BIT_J_PLUS = np.uint32(_neighbour_bit(0, 1, 0))
+_BIT_J_MINUS = np.uint32(_neighbour_bit(0, -1, 0))
+_BIT_K_PLUS = np.uint32(_neighbour_bit(0, 0, 1))
+_BIT_K_MINUS = np.uint32(_neighbour_bit(0, 0, -1))
 
 
 @njit(inline="always", **_OPTS)
