@@ -1,7 +1,9 @@
 """Readers, streaming ingest and NetCDF writes."""
 
 import hashlib
+import os
 import tracemalloc
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -48,6 +50,47 @@ def test_every_format_reads_the_same_voxels(tmp_path, vol):
         assert source_shape(entry, name) == vol.shape, name
         np.testing.assert_array_equal(np.asarray(arr[2:7, 1:12, 3:5], dtype=np.float32),
                                       vol[2:7, 1:12, 3:5], err_msg=name)
+
+
+def _open_files(folder):
+    """Files under ``folder`` this process holds open (its /proc file descriptors)."""
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = Path(os.readlink(fd))
+        except OSError:
+            continue
+        if target.is_relative_to(folder):
+            held.append(target.name)
+    return held
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_volumes_release_their_files(tmp_path, vol):
+    # after close(), a with block, source_shape, a failed open and an ingest, no input
+    # file stays open (TIFF, a TIFF folder and HDF5 hold handles; npy/raw a memory map)
+    for name, entry in write_all_formats(tmp_path, vol).items():
+        with open_volume(entry, name) as v:
+            np.testing.assert_array_equal(v[1:3, 2:4, 0], vol[1:3, 2:4, 0], err_msg=name)
+        assert _open_files(tmp_path) == [], name
+        v = open_volume(entry, name)
+        v.close()
+        v.close()
+        assert _open_files(tmp_path) == [], name
+        with pytest.raises(ValueError, match="closed"):
+            v[0, 0, 0]
+        assert source_shape(entry, name) == vol.shape
+        assert _open_files(tmp_path) == [], name
+        ingest_volume(entry, name, tmp_path / "out" / name / "volume.zarr", chunks=[4, 4, 4],
+                      shards=[8, 8, 8], buffer_mb=1)
+        assert _open_files(tmp_path) == [], name
+    with pytest.raises(VolumeError, match="dataset 'nope' not found") as failed:
+        open_volume({"path": str(tmp_path / "v.h5"), "format": "h5", "dataset": "nope"}, "x")
+    assert failed.traceback and _open_files(tmp_path) == []
+    tifffile.imwrite(tmp_path / "2d.tif", vol[0])
+    with pytest.raises(VolumeError, match="2d.tif") as failed:
+        open_volume({"path": str(tmp_path / "2d.tif"), "format": "tif"}, "flat")
+    assert failed.traceback and _open_files(tmp_path) == []
 
 
 def test_ingest_roundtrip_attrs_and_checksum(tmp_path, vol):

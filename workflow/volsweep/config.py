@@ -542,6 +542,7 @@ def _volume_entries(config: dict, base: Path, blame) -> tuple[dict, list[str]]:
         except VolumeError as exc:
             errors.append(str(exc).splitlines()[0])
             continue
+        vol.close()  # the header is all this check reads
         entry["axes"], entry["spacing"] = vol.axes, vol.spacing
         entry["spacing_from"] = vol.source
         if vol.unit:
@@ -598,39 +599,40 @@ def _scan_errors(entries, config, blame) -> list[str]:
             vol = open_volume(entry, name)
         except Exception:  # reported by the header checks
             continue
-        numeric = th["threshold"] if not isinstance(th["threshold"], str) else None
-        if th["enabled"] and (numeric is not None or th["label"] is not None):
-            problem = dtype_phase_problem(vol.dtype, threshold=numeric, label=th["label"], invert=th["invert"])
-            if problem:
-                key = "threshold" if numeric is not None else "label"
-                lines.append(f"{blame(['thickness', key])}: thickness.{key} = {th[key]!r} {problem} "
-                             f"({where} is {vol.dtype}; ingest keeps the raw values; otsu picks a "
-                             "threshold from the histogram)")
+        with vol:
+            numeric = th["threshold"] if not isinstance(th["threshold"], str) else None
+            if th["enabled"] and (numeric is not None or th["label"] is not None):
+                problem = dtype_phase_problem(vol.dtype, threshold=numeric, label=th["label"], invert=th["invert"])
+                if problem:
+                    key = "threshold" if numeric is not None else "label"
+                    lines.append(f"{blame(['thickness', key])}: thickness.{key} = {th[key]!r} {problem} "
+                                 f"({where} is {vol.dtype}; ingest keeps the raw values; otsu picks a "
+                                 "threshold from the histogram)")
+                    continue
+            if vol.nbytes > SCAN_BYTES:
                 continue
-        if vol.nbytes > SCAN_BYTES:
-            continue
-        try:
-            lo, hi, bad = _scan(vol)
-        except Exception as exc:  # a corrupt chunk: the reader's own error, on one line
-            from volsweep.io.readers import quiet_abandoned_reads
-
-            quiet_abandoned_reads()
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            lines.append(f"{volume_where(entry, name)}: cannot read the voxels: {type(exc).__name__}: {first}")
-            continue
-        if bad is not None:
-            lines.append(f"{volume_where(entry, name)}: non-finite voxel {bad[0]} at index {bad[1]}")
-            continue
-        if lo == hi:
-            lines.append(f"{volume_where(entry, name)}: every voxel is {lo:g}: a constant "
-                         "volume has no structure to sweep or phase to measure")
-            continue
-        if th["enabled"]:
             try:
-                check_phase(vol, name, threshold=th["threshold"], label=th["label"], invert=th["invert"])
-            except PhaseError as exc:
-                key = "threshold" if th["threshold"] is not None else "label"
-                lines.append(f"{blame(['thickness', key])}: thickness.{key} = {th[key]!r}: {exc}")
+                lo, hi, bad = _scan(vol)
+            except Exception as exc:  # a corrupt chunk: the reader's own error, on one line
+                from volsweep.io.readers import quiet_abandoned_reads
+
+                quiet_abandoned_reads()
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                lines.append(f"{volume_where(entry, name)}: cannot read the voxels: {type(exc).__name__}: {first}")
+                continue
+            if bad is not None:
+                lines.append(f"{volume_where(entry, name)}: non-finite voxel {bad[0]} at index {bad[1]}")
+                continue
+            if lo == hi:
+                lines.append(f"{volume_where(entry, name)}: every voxel is {lo:g}: a constant "
+                             "volume has no structure to sweep or phase to measure")
+                continue
+            if th["enabled"]:
+                try:
+                    check_phase(vol, name, threshold=th["threshold"], label=th["label"], invert=th["invert"])
+                except PhaseError as exc:
+                    key = "threshold" if th["threshold"] is not None else "label"
+                    lines.append(f"{blame(['thickness', key])}: thickness.{key} = {th[key]!r}: {exc}")
     return lines
 
 

@@ -347,7 +347,11 @@ def _open_tif(path: str, where: str, budget: float, inside=None):
     else:
         meta = _check_tiff_file(path, where, budget)
         store = tifffile.imread(path, aszarr=True)
-    return zarr.open(store, mode="r"), meta
+    try:
+        return zarr.open(store, mode="r"), meta, store.close
+    except BaseException:
+        store.close()
+        raise
 
 
 # ----------------------------------------------------------------------------- HDF5
@@ -383,6 +387,17 @@ def _open_h5(path: str, dataset: str, where: str, budget: float):
 
     _check_kind(path, where, want="file")
     fh = h5py.File(path, "r")
+    try:
+        return (*_h5_dataset(fh, dataset, where, budget), fh.close)
+    except BaseException:
+        fh.close()
+        raise
+
+
+def _h5_dataset(fh, dataset: str, where: str, budget: float):
+    """(dataset, FileMetadata) of an open HDF5 file, after the checks that it can be read."""
+    import h5py
+
     parts = [p for p in dataset.split("/") if p]
     node = fh
     for i, part in enumerate(parts):
@@ -702,18 +717,26 @@ class Volume:
         Unit of the spacing.
     source : str
         Where ``axes``/``spacing`` came from: ``config``, a metadata kind, or ``default``.
+    close : callable, keyword-only, optional
+        Releases the file handles ``data`` reads through; :meth:`close` and the end of a
+        ``with`` block call it.
 
     Examples
     --------
     >>> v = Volume(np.arange(24).reshape(2, 3, 4), axes="zyx")
     >>> v.shape, v[3, 2, 1]
     ((4, 3, 2), np.int64(23))
+    >>> with open_volume({"synthetic": {"shape": [4, 4, 4]}}) as v:
+    ...     v.shape
+    (4, 4, 4)
     """
 
     ndim = 3
 
-    def __init__(self, data, axes: str = AXES, spacing=(1.0, 1.0, 1.0), unit=None, source="default"):
+    def __init__(self, data, axes: str = AXES, spacing=(1.0, 1.0, 1.0), unit=None, source="default",
+                 *, close=None):
         self.data, self.axes = data, axes
+        self._close = close
         self.spacing = [float(s) for s in spacing]
         self.unit, self.source = unit, source
         #: File axis that becomes x, y, z.
@@ -725,6 +748,23 @@ class Volume:
 
     def __len__(self):
         return self.shape[0]
+
+    def close(self) -> None:
+        """Release the file the volume reads (idempotent); it cannot be read after.
+
+        TIFF and HDF5 handles close here; a memory map (npy, raw) is unmapped once no
+        array taken from it is left.
+        """
+        close, self._close = self._close, None
+        self.data = _CLOSED
+        if close is not None:
+            close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def _key(self, key) -> tuple:
         key = key if isinstance(key, tuple) else (key,)
@@ -755,6 +795,16 @@ class Volume:
     def __repr__(self):
         return (f"Volume(shape={self.shape}, dtype={self.dtype}, axes={self.axes!r}, "
                 f"spacing={self.spacing}, unit={self.unit!r})")
+
+
+class _Closed:
+    """The data of a closed :class:`Volume`."""
+
+    def __getitem__(self, key):
+        raise ValueError("the volume is closed")
+
+
+_CLOSED = _Closed()
 
 
 def _check_axes(axes, where: str) -> str:
@@ -800,7 +850,8 @@ def resolve_metadata(entry: dict, meta: FileMetadata, where: str) -> dict:
 
 
 def _open_raw(entry: dict, name: str, memory_budget: float, inside=None):
-    """(array in file order, FileMetadata) of a non-synthetic entry, after its header checks."""
+    """(array in file order, FileMetadata, close) of a non-synthetic entry, after its header
+    checks; ``close()`` releases the file handles the array reads through (TIFF, HDF5)."""
     where = volume_where(entry, name)
     fmt, path = entry["format"], entry["path"]
     if not os.path.lexists(path):
@@ -808,6 +859,7 @@ def _open_raw(entry: dict, name: str, memory_budget: float, inside=None):
     if fmt in ("npy", "raw", "h5"):
         _check_kind(path, where, want="file")
     meta = FileMetadata()
+    close = _nothing_to_close
     try:
         if fmt == "npy":
             _check_npy(path, where)
@@ -817,11 +869,11 @@ def _open_raw(entry: dict, name: str, memory_budget: float, inside=None):
             arr = np.memmap(path, dtype=np.dtype(entry["dtype"]), mode="r",
                             offset=entry.get("offset", 0), shape=tuple(entry["shape"]))
         elif fmt == "h5":
-            arr, meta = _open_h5(path, entry["dataset"], where, memory_budget)
+            arr, meta, close = _open_h5(path, entry["dataset"], where, memory_budget)
         elif fmt == "zarr":
             arr, meta = _open_zarr(path, entry.get("dataset"), where, memory_budget, inside)
         elif fmt in ("tif", "tiff"):
-            arr, meta = _open_tif(path, where, memory_budget, inside)
+            arr, meta, close = _open_tif(path, where, memory_budget, inside)
         else:
             raise VolumeError(f"{where}: format {fmt!r} is not one of npy, tif, zarr, h5, raw")
     except VolumeError:
@@ -829,7 +881,15 @@ def _open_raw(entry: dict, name: str, memory_budget: float, inside=None):
     except Exception as exc:  # the library's own error, reworded to name the file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise VolumeError(f"{where}: cannot open as {fmt}: {first}") from exc
-    return _check_array(arr, where), meta
+    try:
+        return _check_array(arr, where), meta, close
+    except BaseException:
+        close()
+        raise
+
+
+def _nothing_to_close():
+    """Readers whose arrays hold no open file (memory maps, zarr stores)."""
 
 
 def open_volume(entry: dict, name: str = "volume", *, memory_budget: float = DEFAULT_MEMORY_BUDGET,
@@ -877,9 +937,13 @@ def open_volume(entry: dict, name: str = "volume", *, memory_budget: float = DEF
                                pores=spec.get("pores", ()), seed=spec.get("seed", 0),
                                noise=spec.get("noise", 0.05), spacing=spacing)
         return Volume(arr, AXES, spacing, entry.get("unit"), "config" if "spacing" in entry else "default")
-    arr, meta = _open_raw(entry, name, memory_budget, inside)
-    r = resolve_metadata(entry, meta, where)
-    return Volume(arr, r["axes"], r["spacing"], r["unit"], r["spacing_from"])
+    arr, meta, close = _open_raw(entry, name, memory_budget, inside)
+    try:
+        r = resolve_metadata(entry, meta, where)
+    except BaseException:
+        close()
+        raise
+    return Volume(arr, r["axes"], r["spacing"], r["unit"], r["spacing_from"], close=close)
 
 
 def source_metadata(entry: dict, name: str = "volume", *, memory_budget: float = DEFAULT_MEMORY_BUDGET,
@@ -902,7 +966,8 @@ def source_metadata(entry: dict, name: str = "volume", *, memory_budget: float =
     if "synthetic" in entry:
         r = resolve_metadata(entry, FileMetadata(), volume_where(entry, name))
     else:
-        _, meta = _open_raw(entry, name, memory_budget, inside)
+        _, meta, close = _open_raw(entry, name, memory_budget, inside)
+        close()
         r = resolve_metadata(entry, meta, volume_where(entry, name))
     r["axes_from_file"] = {c: r["axes"].index(c) for c in AXES}
     return r
@@ -921,7 +986,8 @@ def source_shape(entry: dict, name: str = "volume") -> tuple[int, int, int]:
         shape = tuple(entry["shape"])
         axes = entry.get("axes") or AXES
         return tuple(shape[axes.index(c)] for c in AXES)
-    return tuple(open_volume(entry, name).shape)
+    with open_volume(entry, name) as volume:
+        return tuple(volume.shape)
 
 
 def _hash_file(h, path: Path):

@@ -27,36 +27,37 @@ def ingest_volume(entry: dict, name: str, out, *, chunks, shards, buffer_mb: flo
     """
     from volsweep.phase import check_phase, value_range
 
-    source = open_volume(entry, name, memory_budget=buffer_mb * MB)
-    lo, hi = value_range(source)
-    if lo == hi:
-        raise VolumeError(f"{volume_where(entry, name)}: every voxel is {lo}: a constant volume "
-                          "has no structure to sweep or measure")
-    rule = None
-    if phase is not None:
-        rule = check_phase(source, name, threshold=phase["threshold"], label=phase["label"],
-                           invert=phase["invert"])
-        log.info("ingest %s: phase %s, %.4f of the volume", name, rule, rule["phase_fraction"])
-    spacing = [float(s) for s in getattr(source, "spacing", entry["spacing"])]
-    unit = getattr(source, "unit", None) or entry.get("unit")
-    axes = getattr(source, "axes", "xyz")
-    attrs = {
-        "name": name,
-        "spacing": spacing,
-        "shape": [int(n) for n in source.shape],
-        "source": entry.get("path", "synthetic"),
-        "format": entry.get("format", "synthetic"),
-        "source_dtype": str(np.dtype(source.dtype)),
-        "value_range": [lo, hi],
-        "file_axes": axes,
-        "axes_from_file": {c: axes.index(c) for c in "xyz"},
-        **({"unit": unit} if unit else {}),
-        **({"phase": rule} if rule else {}),
-    }
-    sha = _in_background(source_sha256, entry, source)  # hashed while the store is written
-    ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=buffer_mb * MB,
-           attrs=attrs, name=name, spacing=spacing, unit=unit,
-           where=volume_where(entry, name), late_attrs=lambda: {"source_sha256": sha.result()})
+    # the file handles a TIFF or HDF5 input reads through are released at the end
+    with open_volume(entry, name, memory_budget=buffer_mb * MB) as source:
+        lo, hi = value_range(source)
+        if lo == hi:
+            raise VolumeError(f"{volume_where(entry, name)}: every voxel is {lo}: a constant volume "
+                              "has no structure to sweep or measure")
+        rule = None
+        if phase is not None:
+            rule = check_phase(source, name, threshold=phase["threshold"], label=phase["label"],
+                               invert=phase["invert"])
+            log.info("ingest %s: phase %s, %.4f of the volume", name, rule, rule["phase_fraction"])
+        spacing = [float(s) for s in source.spacing]
+        unit = source.unit or entry.get("unit")
+        axes = source.axes
+        attrs = {
+            "name": name,
+            "spacing": spacing,
+            "shape": [int(n) for n in source.shape],
+            "source": entry.get("path", "synthetic"),
+            "format": entry.get("format", "synthetic"),
+            "source_dtype": str(np.dtype(source.dtype)),
+            "value_range": [lo, hi],
+            "file_axes": axes,
+            "axes_from_file": {c: axes.index(c) for c in "xyz"},
+            **({"unit": unit} if unit else {}),
+            **({"phase": rule} if rule else {}),
+        }
+        sha = _in_background(source_sha256, entry, source)  # hashed while the store is written
+        ingest(source, store_root(out), chunks=chunks, shards=shards, memory_budget=buffer_mb * MB,
+               attrs=attrs, name=name, spacing=spacing, unit=unit,
+               where=volume_where(entry, name), late_attrs=lambda: {"source_sha256": sha.result()})
 
 
 def _in_background(func, *args) -> Future:
