@@ -452,6 +452,55 @@ def test_disc_masks_from_the_table_equal_the_tested_ones(monkeypatch):
     assert results[0][0].any() and results[0][1].any()
 
 
+def _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch):
+    """The ordered painter's (ext, moff, masks, hidden) for the box [lo, hi)."""
+    K = CPU._kernels()
+    kernel = K.disc_skip_masks_bits
+    runs = []
+
+    def record(*args):
+        runs.append(args)
+        return kernel(*args)
+
+    with monkeypatch.context() as m:
+        m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
+        m.setattr(K, "disc_skip_masks_bits", record)
+        CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+    args = runs[0]
+    return args[1], args[5].copy(), args[-5].copy(), args[-4].copy(), args[-3].copy()
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.1, 1.3)])
+def test_disc_masks_in_a_core_box_are_the_whole_box_masks_clipped(spacing, monkeypatch):
+    # In a core box, a disc outside the box's planes is set as hidden without a test, the
+    # others keep the whole box's bits, and a ball is hidden when every disc in the box's
+    # planes is (large balls walk the planes, small ones read one word).
+    phase = np.ones((45, 38, 41), bool)
+    phase[3, 30, 5] = phase[40, 4, 33] = phase[22, 19, 20] = False
+    phase |= ~blobs(phase.shape, porosity=0.3, sigma=2.0, seed=4) & (np.arange(45) > 30)[:, None, None]
+    weights, d2, cand, up = _centres(phase, spacing)
+    ci, ext, moff, whole, _ = _recorded_masks(d2, cand, up, weights, (0, 0, 0), phase.shape,
+                                              monkeypatch)
+    assert ext.max() >= 32 and ext.min() < 32
+    for lo, hi in [((9, 0, 0), (30, 38, 41)), ((0, 5, 3), (13, 30, 40))]:
+        got = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
+        np.testing.assert_array_equal(got[0], ci)
+        _, _, _, masks, hidden = got
+        bits_whole = np.unpackbits(whole.view(np.uint8), bitorder="little")
+        bits_box = np.unpackbits(masks.view(np.uint8), bitorder="little")
+        dropped = 0
+        for m in range(ci.size):
+            h = int(ext[m])
+            plane = ci[m] + np.arange(-h, h + 1)
+            inside = (plane >= lo[0]) & (plane < hi[0])
+            span = slice(64 * moff[m], 64 * moff[m] + 2 * h + 1)
+            want = np.where(inside, bits_whole[span], 1)
+            np.testing.assert_array_equal(bits_box[span], want, err_msg=str(m))
+            assert hidden[m] == want.all(), m
+            dropped += bool(hidden[m]) and not bits_whole[span].all()
+        assert dropped > 0
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3)])
 def test_painter_paths_agree(spacing, monkeypatch):
     # The painter's three ways to find skipped discs (prune's uphill bits, its own

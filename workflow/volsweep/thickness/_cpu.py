@@ -271,7 +271,8 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     masks = np.empty(int(moff[-1]), np.uint64)
     hidden = np.empty(cand.size, np.uint8)
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th,
-         disc_mask_lut(wi, MASK_LUT_BYTES), need2, wi[0], wi[1], wi[2], moff, masks, hidden)
+         disc_mask_lut(wi, MASK_LUT_BYTES), need2, wi[0], wi[1], wi[2], lo[0], hi[0], moff, masks,
+         hidden)
     # the painted centres' arrays in painting order, and the slab lists that index them
     order = k.paint_order(ranks, hidden, int(vals.size))
     src = (ci, cj, ck, r2i, ranks, ext, moff)

@@ -1162,11 +1162,12 @@ def _behind_reach(rq, rp, sxi):
 
 @njit(**_OPTS)
 def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, sxi, syi, szi,
-                         moff, masks, hidden, m0, m1):
+                         lo0, hi0, moff, masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
-    # when the disc at plane offset d lies inside an uphill neighbour's disc, and
-    # hidden[m] = 1 when every disc of the ball does: the ball lies in the union of
-    # uphill balls and is not painted.  The test depends on a neighbour only through its
+    # when the disc at plane offset d lies inside an uphill neighbour's disc or outside
+    # the box's planes [lo0, hi0) (it paints nothing there), and hidden[m] = 1 when every
+    # disc of the ball is: the ball lies in the union of uphill balls within the box and
+    # is not painted.  The test depends on a neighbour only through its
     # class (ex, |ey|*3 + |ek|) and D2(q), and a larger D2(q) contains more, so the
     # largest D2(q) per class (at most 12) decides.  The disc at plane offset d lies inside
     # q's iff D2(q) > need2[t, D2(p) - (d*sx)^2] + ((d-ex)*sx)^2, a threshold that depends
@@ -1184,27 +1185,37 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
             continue
         r = ranks[m] - 1
         a = vals[r]
+        # the planes in the box: offsets [dlo, dhi] (the others' bits set here)
+        dlo = max(-h, lo0 - ci[m])
+        dhi = min(h, hi0 - 1 - ci[m])
+        for lft, rgt in ((0, min(dlo - 1, dhi) + h), (max(dhi + 1, dlo) + h, 2 * h)):
+            for w in range(lft >> 6, (rgt >> 6) + 1 if lft <= rgt else lft >> 6):
+                masks[moff[m] + w] |= _span_word(w, lft, rgt)
+        if dlo > dhi:
+            hidden[m] = 1
+            continue
         _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
         if h < 32:
-            mask = _lut_mask(best, a, lut) if a < lut.shape[0] else _small_mask(best, th, r, h)
+            mask = masks[moff[m]] | (_lut_mask(best, a, lut) if a < lut.shape[0]
+                                      else _small_mask(best, th, r, h))
             masks[moff[m]] = mask
             if mask == np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - 2 * h):
                 hidden[m] = 1
             continue
-        # larger balls: planes outwards from 0 (0..h, then -1..-h), each bit set when the
-        # disc is hidden (every plane: the painter skips hidden discs after a visible one),
-        # and the rest of a side at once from where _rest_hidden holds for the class that hid
-        # the disc (first[c], found once per class and side)
+        # larger balls: the box's planes outwards from 0 (0..dhi, then -1..dlo), each bit
+        # set when the disc is hidden (every plane: the painter skips hidden discs after a
+        # visible one), and the rest of a side at once from where _rest_hidden holds for
+        # the class that hid the disc (first[c], found once per class and side)
         rp = a
         allin = True
         last = 0  # the class that hid the previous disc is tried first
         for side in range(2):
             step = 1 if side == 0 else -1
-            d = 0 if side == 0 else -1
-            end = h * step
+            d = max(0, dlo) if side == 0 else min(-1, dhi)
+            end = dhi if side == 0 else dlo
             for c in range(12):
                 first[c] = _UNKNOWN
-            while -h <= d <= h:
+            while (end - d) * step >= 0:
                 x = d + h
                 dd = d * sxi
                 rho = rp - dd * dd
@@ -1236,7 +1247,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
                 d += step
                 if last % 4 == 0 and (last // 4 - 1) * step < 0:
                     # the neighbour behind in the same column: its planes set at once
-                    far = min(_behind_reach(best[last], rp, sxi), h) * step
+                    far = min(_behind_reach(best[last], rp, sxi), end * step) * step
                     if (far - d) * step >= 0:
                         lft = min(d, far) + h
                         rgt = max(d, far) + h
