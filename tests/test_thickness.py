@@ -727,8 +727,10 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
 def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_radius,
                                                             monkeypatch):
     # prune walks far_container itself, before (radius >= FAR_FIRST_RADIUS) or after a
-    # centre's 26 neighbours: it keeps exactly the centres and bits that pruning by
-    # neighbours and then prune_far would keep.
+    # centre's 26 neighbours, and first tries the container found for an earlier centre
+    # of the row: it keeps the centres and bits that pruning by neighbours and then
+    # prune_far would keep, less some that lie inside a ball prune may keep (checked in
+    # integers, lattice point by lattice point).
     monkeypatch.setattr(TAB, "FAR_FIRST_RADIUS", first_radius)
     phase = solid_with_pores((40, 33, 29), 3, 5)
     phase[:, :4] &= blobs((40, 4, 29), sigma=1.5, seed=2)  # small balls beside large ones
@@ -749,9 +751,43 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_
     inside = np.empty(near.size, np.int64)
     K.prune_far(d2, near, *w, 0.0, *lo, *hi, r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP,
                 TAB.FAR_RIDGE, inside, 0, near.size)
-    np.testing.assert_array_equal(cand, near[inside < 0])
-    np.testing.assert_array_equal(bits, mask.ravel()[near[inside < 0]])
+    walked = near[inside < 0]
+    assert np.isin(cand, walked).all()
+    np.testing.assert_array_equal(bits, mask.ravel()[cand])
     assert (inside >= 0).sum() > 100
+    extra = walked[~np.isin(walked, cand)]
+    assert extra.size < 0.05 * walked.size
+    coords = np.indices(phase.shape).reshape(3, -1).T
+    gap = np.maximum(np.maximum(np.array(lo) - coords, coords - np.array(hi) + 1), 0)
+    may_keep = np.isfinite(d2.ravel()) & (((gap * weights) ** 2).sum(1) < r2keep)
+    if spacing == (1, 1, 1) and box is None:
+        assert extra.size > 0  # the containers tried first drop some centres
+    for p in extra[:: max(1, extra.size // 12)]:
+        assert _inside_some_ball(p, d2, weights, may_keep), p
+
+
+def _inside_some_ball(p, d2, weights, may_keep):
+    """Whether the lattice ball of flat index p lies strictly inside the ball of another
+    voxel that may be kept (exact integers, every lattice offset of the ball)."""
+    shape = d2.shape
+    a = int(d2.ravel()[p])
+    r = [math.isqrt(a - 1) // w for w in weights]
+    o = np.stack(np.meshgrid(*[np.arange(-h, h + 1) for h in r], indexing="ij"), -1).reshape(-1, 3)
+    o = o[((o * weights) ** 2).sum(1) < a]
+    c = np.array(np.unravel_index(p, shape))
+    flat = np.flatnonzero(may_keep & (d2.ravel() > a))
+    q = np.array(np.unravel_index(flat, shape)).T
+    b = d2.ravel()[flat].astype(np.int64)
+    slack = b - (((q - c) * weights) ** 2).sum(1)  # > 0: the ball of q holds p at least
+    order = np.argsort(-slack, kind="stable")
+    order = order[slack[order] > 0]
+    q, b = q[order], b[order]
+    for start in range(0, len(q), 256):
+        qs, bs = q[start:start + 256], b[start:start + 256]
+        far = (((c + o[:, None, :] - qs[None]) * weights) ** 2).sum(-1)
+        if ((far < bs[None]).all(0)).any():
+            return True
+    return False
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])

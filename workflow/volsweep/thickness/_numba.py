@@ -275,14 +275,15 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
     # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
     # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.  A
-    # centre that far_container finds inside a farther ball (a >= r2min) is dropped too:
-    # from r2first on before its 26 neighbours are read (most such walks succeed), below
-    # it after them (the neighbours prune most such centres first).
+    # centre that far pruning finds inside a farther ball (a >= r2min, _far_dropped) is
+    # dropped too: from r2first on before its 26 neighbours are read (most such walks
+    # succeed), below it after them (the neighbours prune most such centres first).
     n0, n1, n2 = d2.shape
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
         for j in range(n1):
             gj = _gap(j, lo1, hi1)
+            hint = (0, 0, 0)  # far pruning's last container along the row (_far_dropped)
             for k in range(n2):
                 out[i, j, k] = 0
                 a = d2[i, j, k]
@@ -324,10 +325,12 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 or nf1 < d2[i, j - 1, k] < np.inf or nf1 < d2[i, j + 1, k] < np.inf
                                 or nf2 < d2[i, j, k - 1] < np.inf or nf2 < d2[i, j, k + 1] < np.inf):
                             continue
-                        if a >= r2first and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1,
-                                                          lo2, hi0, hi1, hi2, r2keep, r2min, step,
-                                                          ridge) >= 0:
-                            continue
+                        if a >= r2first:
+                            dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
+                                                         lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                                                         r2min, step, ridge)
+                            if dropped:
+                                continue
                         # inside the array: all 26 without bounds tests or branches
                         for di in range(-1, 2):
                             for dj in range(-1, 2):
@@ -338,10 +341,15 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     keep &= not need[et, lev] < b < np.inf
                                     up |= _uphill_bit(a, b, di, dj, dk)
-                        if keep and not (r2min <= a < r2first and far_container(
-                                d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
-                                r2keep, r2min, step, ridge) >= 0):
-                            out[i, j, k] = up | np.uint32(1 << 31)
+                        if not keep:
+                            continue
+                        if r2min <= a < r2first:
+                            dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
+                                                         lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                                                         r2min, step, ridge)
+                            if dropped:
+                                continue
+                        out[i, j, k] = up | np.uint32(1 << 31)
                         continue
                     if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2,
                                                     hi0, hi1, hi2, r2keep, r2min, step,
@@ -503,28 +511,56 @@ def far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2
         pi = vi
         pj = vj
         pk = vk
-        ii = i + vi
-        jj = j + vj
-        kk = k + vk
-        if ii < 0 or jj < 0 or kk < 0 or ii >= n0 or jj >= n1 or kk >= n2:
-            continue
-        b = d2[ii, jj, kk]
-        if b == np.inf:
-            continue
-        # q must be a centre prune may keep (within r2keep of the box)
-        x = _gap(ii, lo0, hi0) * sx
-        y = _gap(jj, lo1, hi1) * sy
-        z = _gap(kk, lo2, hi2) * sz
-        if not (x * x + y * y) + z * z < r2keep:
-            continue
-        x = vi * sx
-        y = vj * sy
-        z = vk * sz
-        v2 = (x * x + y * y) + z * z
-        el = b - v2 - (a - 1.0)
-        if el > 0.0 and el * el > 4.0 * v2 * (a - 1.0) * (1.0 + eps):
-            return (ii * n1 + jj) * n2 + kk
+        if _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
+                  r2keep):
+            return ((i + vi) * n1 + (j + vj)) * n2 + (k + vk)
     return -1
+
+
+@njit(inline="always", **_OPTS)
+def _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep):
+    # Whether the ball of q = (i, j, k) + (vi, vj, vk), a voxel of the array that prune may
+    # keep (within r2keep of the box), holds the whole ball of (i, j, k) (D2 = a):
+    # far_container's test.
+    n0, n1, n2 = d2.shape
+    ii = i + vi
+    jj = j + vj
+    kk = k + vk
+    if ii < 0 or jj < 0 or kk < 0 or ii >= n0 or jj >= n1 or kk >= n2:
+        return False
+    b = d2[ii, jj, kk]
+    if b == np.inf:
+        return False
+    x = _gap(ii, lo0, hi0) * sx
+    y = _gap(jj, lo1, hi1) * sy
+    z = _gap(kk, lo2, hi2) * sz
+    if not (x * x + y * y) + z * z < r2keep:
+        return False
+    x = vi * sx
+    y = vj * sy
+    z = vk * sz
+    v2 = (x * x + y * y) + z * z
+    el = b - v2 - (a - 1.0)
+    return el > 0.0 and el * el > 4.0 * v2 * (a - 1.0) * (1.0 + eps)
+
+
+@njit(inline="always", **_OPTS)
+def _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                 r2min, step, ridge):
+    # Whether far pruning drops centre (i, j, k), and the next hint.  The hint is the
+    # offset of the container found for an earlier centre of the row, (0, 0, 0) for none:
+    # moved along with the centre, it often holds this ball too, and its voxels are in
+    # cache, so it is tried before far_container walks the ray (any container is exact).
+    n0, n1, n2 = d2.shape
+    vi, vj, vk = hint
+    if (vi != 0 or vj != 0 or vk != 0) and _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps,
+                                                  lo0, lo1, lo2, hi0, hi1, hi2, r2keep):
+        return True, hint
+    q = far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                      r2min, step, ridge)
+    if q < 0:
+        return False, (0, 0, 0)
+    return True, (q // (n1 * n2) - i, (q // n2) % n1 - j, q % n2 - k)
 
 
 @njit(**_OPTS)
