@@ -68,9 +68,10 @@ extern "C" void run_prune_far(unsigned grid, unsigned block, const double* d2, c
                               long long ncand, long long n0, long long n1, long long n2, double sx,
                               double sy, double sz, double eps, long long lo0, long long lo1,
                               long long lo2, long long hi0, long long hi1, long long hi2,
-                              double r2keep, double r2min, double step, unsigned char* keep)
+                              double r2keep, double r2min, double step, double ridge,
+                              unsigned char* keep)
 { LAUNCH(lt_prune_far, d2, cand, ncand, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
-         r2keep, r2min, step, keep) }
+         r2keep, r2min, step, ridge, keep) }
 extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand,
                                const long long* sel, long long nsel, const double* d2,
                                const unsigned int* rank, long long n1, long long n2,
@@ -127,7 +128,7 @@ def emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep):
     lib.run_prune_far((cand.size + 63) // 64, 64, _p(d2), _p(cand), L(cand.size),
                       *[L(v) for v in d2.shape], *[D(float(w)) for w in weights], D(0.0),
                       *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep),
-                      D(TAB.far_min_r2(weights)), D(TAB.FAR_STEP), _p(keep))
+                      D(TAB.far_min_r2(weights)), D(TAB.FAR_STEP), D(TAB.FAR_RIDGE), _p(keep))
     return keep
 
 
@@ -244,9 +245,8 @@ def test_cuda_source_emulated_solid_with_pores(emulated, spacing, brute_span):
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacing):
-    # The same centres dropped as the CPU's prune_far walking every centre (ridge 0: the
-    # GPU has no ridge filter), in the whole box and in a core box with a finite keep
-    # radius; and the emulated pipeline equals the brute force (at one
+    # The same centres dropped as the CPU's prune_far, in the whole box and in a core box
+    # with a finite keep radius; and the emulated pipeline equals the brute force (at one
     # anisotropic spacing: the brute force is the cost).
     from volsweep.thickness import _cpu as CPU
 
@@ -258,8 +258,8 @@ def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacin
     for lo, hi, r2keep in [((0, 0, 0), phase.shape, np.inf), ((5, 7, 3), (30, 20, 22), near)]:
         inside = np.empty(every.size, np.int64)
         CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, *lo, *hi,
-                                 r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP, 0.0, inside,
-                                 0, every.size)
+                                 r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP, TAB.FAR_RIDGE, inside, 0,
+                                 every.size)
         keep = emulated_prune_far(emulated, d2, every, weights, lo, hi, r2keep)
         assert (inside >= 0).sum() > 0.01 * every.size
         np.testing.assert_array_equal(keep == 1, inside < 0)

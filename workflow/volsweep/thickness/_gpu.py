@@ -12,11 +12,13 @@ FMAs, so the GPU and the CPU give bit-identical results:
    non-cubic inputs to a cube and returns rooted, not squared, distances.
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
    (exact table test, ``_tables.prune_table``); ``lt_prune_far``: then those whose ball
-   lies in a larger ball on their ray from the background (the CPU's ``prune_far``).
+   lies in a larger ball on their ray from the background, ridge centres not walked (the
+   CPU's ``far_container``).
 3. ``lt_disc_masks``: one thread per 64 planes of a centre's ball sets a bit for every
    disc that lies inside the same plane's disc of an uphill 26-neighbour (exact integer
    table, ``_tables.disc_need_table``); ``lt_paint_rows``: one warp per centre with a
-   visible disc, lanes over the rows of its visible discs; every row span becomes two
+   visible disc, lanes over the rows of its visible discs, less the rows its uphill face
+   neighbours in the plane hold (the CPU's ``paint_max``); every row span becomes two
    ``atomicMax`` of the centre's rank among the distinct D2 values (uint32) into a sparse
    table of power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
    diameters through ``_tables.diameter_lut``.
@@ -33,7 +35,7 @@ import math
 
 import numpy as np
 
-from ._tables import (FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
+from ._tables import (FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
                       prune_table)
 
 CUDA_SOURCE = r"""
@@ -173,6 +175,13 @@ extern "C" __global__ void lt_edt_line(const double* __restrict__ fin, double* _
     }
 }
 
+/* Whether a neighbour of squared distance b comes before its centre (a) in the strict order
+   (D2 descending, flat index ascending; before: the neighbour's flat index is smaller). */
+__device__ __forceinline__ int lt_uphill(double b, double a, int before)
+{
+    return b != LT_INF && (b > a || (before && b == a));
+}
+
 /* The largest D2 of p's uphill 26-neighbours (D2 larger, or equal and a smaller flat
    index) per class c = (ex + 1) * 4 + |ey| * 2 + |ez|, -1 where there is none.  Squared
    lattice lengths are exact integers in float64 (below 2^53), and so are the sums below. */
@@ -194,8 +203,7 @@ __device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, lo
                 if (kk < 0 || kk >= n2 || (di == 0 && dj == 0 && dk == 0)) continue;
                 long long qi = (ii * n1 + jj) * n2 + kk;
                 double b = d2[qi];
-                if (b == LT_INF) continue;
-                if (b > a || (b == a && qi < p)) {
+                if (lt_uphill(b, a, qi < p)) {
                     int c = (di + 1) * 4 + (dj < 0 ? -dj : dj) * 2 + (dk < 0 ? -dk : dk);
                     if (b > best[c]) best[c] = b;
                 }
@@ -359,7 +367,8 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
                                         double sx, double sy, double sz, double eps,
                                         long long lo0, long long lo1, long long lo2,
                                         long long hi0, long long hi1, long long hi2, double r2keep,
-                                        double r2min, double step, unsigned char* __restrict__ keep)
+                                        double r2min, double step, double ridge,
+                                        unsigned char* __restrict__ keep)
 {
     long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= ncand) return;
@@ -373,6 +382,9 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
     double uy = (d2[p + n2] - d2[p - n2]) / (4.0 * __dmul_rn(sy, sy));
     double uz = (d2[p + 1] - d2[p - 1]) / (4.0 * __dmul_rn(sz, sz));
     if (!(isfinite(ux) && isfinite(uy) && isfinite(uz))) return;
+    double ex = __dmul_rn(ux, sx), ey = __dmul_rn(uy, sy), ez = __dmul_rn(uz, sz);
+    if (__dadd_rn(__dadd_rn(__dmul_rn(ex, ex), __dmul_rn(ey, ey)), __dmul_rn(ez, ez))
+        < __dmul_rn(ridge, a)) return;  /* a ridge point: no ray (FAR_RIDGE) */
     double c = 2.0;
     if (ux > 0) c = fmin(c, ((double)(n0 - 1 - i) + 0.49) / ux);
     else if (ux < 0) c = fmin(c, ((double)i + 0.49) / -ux);
@@ -429,6 +441,12 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
     long long i = p / (n1 * n2);
     double r2 = d2[p];
     unsigned int rk = rank[m];
+    /* uphill face neighbours in the centre's plane hold its rows beyond them (j), or each
+       row but the voxel at its far end (k): those are skipped (the CPU's paint_max) */
+    int jp = j + 1 < n1 && lt_uphill(d2[p + n2], r2, 0);
+    int jm = j > 0 && lt_uphill(d2[p - n2], r2, 1);
+    int kp = k + 1 < n2 && lt_uphill(d2[p + 1], r2, 0);
+    int km = k > 0 && lt_uphill(d2[p - 1], r2, 1);
     long long m1 = hi1 - lo1, m2 = hi2 - lo2;
     long long level = (hi0 - lo0) * m1 * m2;
     long long dlo, dhi;
@@ -442,14 +460,15 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
             long long xx = i + d;
             double x = __dmul_rn((double)d, sx);
             double aa = __dmul_rn(x, x);
-            long long hj = lt_half(aa, r2, sy);
+            long long hj = jp && jm ? 0 : lt_half(aa, r2, sy);
             long long rowx = (xx - lo0) * m1;
             for (long long adj = lane; adj <= hj; adj += 32) {
                 double y = __dmul_rn((double)adj, sy);
                 long long hk = lt_half(__dadd_rn(aa, __dmul_rn(y, y)), r2, sz);
                 if (hk < 0) continue;
-                long long l = (k - hk > lo2 ? k - hk : lo2) - lo2;
-                long long r = (k + hk < hi2 - 1 ? k + hk : hi2 - 1) - lo2;
+                long long k0 = km ? k + hk : k - hk, k1 = kp ? k - hk : k + hk;
+                long long l = (k0 > lo2 ? k0 : lo2) - lo2;
+                long long r = (k1 < hi2 - 1 ? k1 : hi2 - 1) - lo2;
                 if (l > r) continue;
                 long long len = r - l + 1;
                 int q = 0;
@@ -457,6 +476,7 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
                 long long p2 = r - (1LL << q) + 1;
                 for (int s = 0; s < 2; ++s) {
                     if (s && adj == 0) continue;
+                    if (adj > 0 && (s ? jm : jp)) continue;
                     long long yy = s ? j - adj : j + adj;
                     if (yy < lo1 || yy >= hi1) continue;
                     long long row = q * level + (rowx + (yy - lo1)) * m2;
@@ -595,7 +615,7 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
             d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
             np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
             *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
-            np.float64(r2min), np.float64(FAR_STEP), outside))
+            np.float64(r2min), np.float64(FAR_STEP), np.float64(FAR_RIDGE), outside))
         cand = cand[outside.view(cp.bool_)]
     return cand, None
 
