@@ -11,6 +11,9 @@ Cases (``--cases``):
 Parts (``--parts``, CPU and GPU):
   cases     every case at ``--size``, median of ``--repeat`` calls (first call untimed)
   scaling   the pores case at several sizes (``--pores-sizes``)
+  stages    every case at ``--size`` and the pores case at ``--pores-sizes``: the time of
+            each stage (distance map, pruning, painting, diameters), medians of
+            ``--repeat`` after an untimed call (CUDA events on the GPU)
   spacing   blobs at spacings (1,1,1), 0.65, (0.65,0.65,2.0), (0.7,1.3,1.0): time and the
             exact scale invariance check
   porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs at
@@ -152,6 +155,70 @@ def part_scaling(a, out, log):
         rows.append(r)
         log(f"pores {n}^3 ({int((~pores(n)).sum())} pore voxels): median {r['median_s']:.4f} s")
     out["scaling"] = rows
+
+
+class StageClock:
+    """Marks between the stages of one call: host clock, or CUDA events on the GPU."""
+
+    def __init__(self, device):
+        self.device, self.marks = device, []
+
+    def mark(self):
+        if self.device == "cuda":
+            import cupy as cp
+
+            e = cp.cuda.Event()
+            e.record()
+            self.marks.append(e)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self):
+        if self.device == "cuda":
+            import cupy as cp
+
+            self.marks[-1].synchronize()
+            return [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+STAGES = ("distance map", "pruning", "painting", "diameters")
+
+
+def stage_times(phase, device):
+    """Seconds of each of STAGES in one whole-volume call at unit spacing."""
+    from volsweep.thickness import _backend, _tables
+
+    impl = _backend(device)
+    weights, scale = _tables.lattice((1, 1, 1))
+    box = ((0, 0, 0), phase.shape)
+    clock = StageClock(device)
+    clock.mark()
+    d2 = impl.edt_sq(phase, weights)
+    clock.mark()
+    cand, extra = impl.candidates(d2, weights, *box, float("inf"))
+    clock.mark()
+    ranks, values = impl.paint(d2, cand, weights, *box, extra, r2s=d2.reshape(-1)[cand])
+    clock.mark()
+    impl.finish(ranks, values, scale)
+    clock.mark()
+    return clock.seconds()
+
+
+def part_stages(a, out, log):
+    rows = []
+    todo = [(name, a.size, lambda n, f=CASES[name]: f(n)) for name in a.cases]
+    todo += [("pores", n, pores) for n in a.pores_sizes if not ("pores" in a.cases and n == a.size)]
+    for name, n, make in todo:
+        x = on_device(make(n), a.device)
+        stage_times(x, a.device)
+        runs = [stage_times(x, a.device) for _ in range(a.repeat)]
+        med = [statistics.median(r[s] for r in runs) for s in range(len(STAGES))]
+        rows.append({"case": name, "size": n, "stages": dict(zip(STAGES, med)),
+                     "total_s": sum(med)})
+        log(f"stages {name:9s} {n}^3: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in
+                                                    zip(STAGES, med)) + f"; total {sum(med) * 1e3:.2f} ms")
+    out["stages"] = rows
 
 
 def part_spacing(a, out, log):
@@ -362,7 +429,8 @@ def main(argv=None):
         lines.append(msg)
         print(msg, flush=True)
 
-    fns = {"cases": part_cases, "scaling": part_scaling, "spacing": part_spacing,
+    fns = {"cases": part_cases, "scaling": part_scaling, "stages": part_stages,
+           "spacing": part_spacing,
            "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu, "compile": part_compile}
     for part in parts:
         fns[part](a, out, log)
