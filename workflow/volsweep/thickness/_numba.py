@@ -1160,12 +1160,17 @@ def _rest_hidden(rq, c, d, rp, sxi, syi, szi):
 def _first_rest_hidden(rq, c, d, end, rp, sxi, syi, szi):
     # The first plane offset from d to end (inclusive, either direction) from which
     # _rest_hidden holds, end + 1 step past end if none; it holds from there on, so a
-    # binary search finds it.
+    # search that gallops outwards from d (the plane is often near) and then halves
+    # finds it.
     step = 1 if end >= d else -1
-    if not _rest_hidden(rq, c, end, rp, sxi, syi, szi):
-        return end + step
+    last = (end - d) * step
     lo = 0  # planes d + lo * step ... are searched; the one at hi * step holds
-    hi = (end - d) * step
+    hi = 0
+    while not _rest_hidden(rq, c, d + hi * step, rp, sxi, syi, szi):
+        if hi == last:
+            return end + step
+        lo = hi + 1
+        hi = min(2 * hi + 1, last)
     while lo < hi:
         mid = (lo + hi) >> 1
         if _rest_hidden(rq, c, d + mid * step, rp, sxi, syi, szi):
