@@ -356,14 +356,13 @@ def _centres(phase, spacing):
 def assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch):
     """Every ball ordered, every small ball max-painted and the two mixed give ``ref``,
     with the small balls' disc masks looked up (disc_mask_lut) or tested."""
-    for radius, share in [(0, 0.0), (1000, 0.0), (2, 0.0), (4, 0.0), (4, 2.0)]:
+    for radius in [0, 1000, 2, 4, CPU.MAX_PAINT_RADIUS]:
         for lut_bytes in (CPU.MASK_LUT_BYTES, 0):
             with monkeypatch.context() as m:
                 m.setattr(CPU, "MAX_PAINT_RADIUS", radius)
-                m.setattr(CPU, "MAX_PAINT_SHARE", share)
                 m.setattr(CPU, "MASK_LUT_BYTES", lut_bytes)
                 got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
-            msg = f"radius {radius} share {share} table bytes {lut_bytes}"
+            msg = f"radius {radius} table bytes {lut_bytes}"
             np.testing.assert_array_equal(ref[0], got[0], err_msg=msg)
             np.testing.assert_array_equal(ref[1], got[1])
 

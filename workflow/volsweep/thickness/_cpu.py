@@ -171,11 +171,9 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
 # Output planes per slab of the painter (one slab per task).
 BITS_SLAB = 16
 # Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
-# (paint_max) when they are at least this share of the centres: a fine phase has millions
-# of them and few larger balls to hide them, so sorting them costs more than the assigned
-# bits of the ordered painter save.  Among many larger balls the ordered painter skips most.
-MAX_PAINT_RADIUS = 8
-MAX_PAINT_SHARE = 0.75
+# (paint_max), after the larger ones in painting order: below it, sorting a ball and its
+# assigned bits cost more than the max painter's rows; from about 16 the rows cost more.
+MAX_PAINT_RADIUS = 12
 
 
 def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None, *, r2s=None):
@@ -232,11 +230,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     vals = values.astype(np.int64)
     nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))  # < 32 slices
     th = disc_thresholds(vals[:nsmall], need2, wi[0])
-    # small balls are max-painted in memory order when they are nearly all the balls (a
-    # fine phase), the others in painting order
+    # small balls are max-painted in memory order, the others in painting order
     r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, (32 * wi[0]) ** 2)
-    if rmax >= r2lim and np.count_nonzero(r2i < r2lim) < MAX_PAINT_SHARE * cand.size:
-        r2lim = 0
     if rmax >= r2lim:
         big = r2i >= r2lim
         everything = bool(big.all())
