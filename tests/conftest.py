@@ -19,3 +19,12 @@ def pytest_configure(config):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))  # tests_data and the oracles
+
+
+@pytest.fixture
+def far_pruning_of_small_solids(monkeypatch):
+    """Far pruning from radius 8 on: the test solids are a few tens of voxels across, most
+    of their radii below the default ``FAR_MIN_RADIUS``."""
+    from volsweep.thickness import _tables
+
+    monkeypatch.setattr(_tables, "FAR_MIN_RADIUS", 8)

@@ -723,6 +723,7 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 @pytest.mark.parametrize("box", [None, ((4, 3, 5), (30, 27, 22))])
 @pytest.mark.parametrize("first_radius", [0, 12, 10**4])
+@pytest.mark.usefixtures("far_pruning_of_small_solids")
 def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_radius,
                                                             monkeypatch):
     # prune walks far_container itself, before (radius >= FAR_FIRST_RADIUS) or after a
@@ -790,6 +791,7 @@ def _inside_some_ball(p, d2, weights, may_keep):
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
+@pytest.mark.usefixtures("far_pruning_of_small_solids")
 def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     # prune_far's claim, checked offset by offset in integers: every lattice point of a
     # dropped ball lies strictly inside the ball of the centre it names, which comes
@@ -821,6 +823,7 @@ def test_far_pruning_drops_only_balls_inside_their_container(spacing):
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
+@pytest.mark.usefixtures("far_pruning_of_small_solids")
 def test_far_pruned_solid_equals_oracle_whole_and_chunked(spacing):
     # A solid deep enough for far pruning (radii well past TAB.FAR_MIN_RADIUS).
     phase = solid_with_pores((31, 26, 23), 3, 6)

@@ -243,6 +243,7 @@ def test_cuda_source_emulated_solid_with_pores(emulated, spacing, brute_span):
         np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
+@pytest.mark.usefixtures("far_pruning_of_small_solids")
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacing):
     # The same centres dropped as the CPU's prune_far, in the whole box and in a core box
