@@ -169,7 +169,7 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
                   *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep), _p(levels),
                   L(levels.size), _p(need), D(cap))
     cand = np.flatnonzero(keep).astype(np.int64)
-    if cand.size and r2need >= TAB.far_min_r2(weights):
+    if cand.size and r2need >= TAB.far_min_r2(weights, TAB.GPU_FAR_MIN_RADIUS):
         cand = cand[emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep) == 1]
     r2s = d2.ravel()[cand]
     values = np.unique(r2s)

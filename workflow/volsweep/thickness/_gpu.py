@@ -35,8 +35,8 @@ import math
 
 import numpy as np
 
-from ._tables import (FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table, far_min_r2,
-                      prune_table)
+from ._tables import (FAR_RIDGE, FAR_STEP, GPU_FAR_MIN_RADIUS, INT_TABLE_MAX, diameter_lut,
+                      disc_need_table, far_min_r2, prune_table)
 
 CUDA_SOURCE = r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -607,7 +607,7 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
         levels, np.int64(levels.size), need, np.float64(cap)))
     cand = cp.flatnonzero(keep)
     del keep
-    r2min = far_min_r2(weights)
+    r2min = far_min_r2(weights, GPU_FAR_MIN_RADIUS)
     if cand.size and r2need >= r2min:
         # balls inside a larger ball on their ray (most of a solid with few pores)
         outside = cp.empty(cand.shape, cp.uint8)

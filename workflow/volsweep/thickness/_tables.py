@@ -31,6 +31,8 @@ EXACT_LIMIT = float(2**53)
 # c*FAR_STEP, c*FAR_STEP**2 ... of the farthest in-array one (a farther point contains
 # more; a nearer one shares the nearest background more often).
 FAR_MIN_RADIUS = 12
+# The GPU's threshold, timed on the H200 (its walks run beside the other centres' work).
+GPU_FAR_MIN_RADIUS = 8
 FAR_STEP = 0.7
 # A centre whose central-difference vector u (p - s where its neighbours share their nearest
 # background s) has |u|^2 < FAR_RIDGE * D2 sits on a ridge, where the neighbours' nearest
