@@ -893,52 +893,18 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
     return out
 
 
-@njit(inline="always", **_OPTS)
-def _hw(table, w, b):
-    # table[b] (a half_table: the largest h >= 0 with (h*w)^2 < b, -1 for b <= 0), and
-    # beyond the table the same by sqrt, made exact in integers.
-    if b < table.size:
-        return table[b]
-    q = (b - 1) // (w * w)  # (h*w)^2 < b  <=>  h^2 <= q
-    h = np.int64(math.sqrt(q))
-    if (h + 1) * (h + 1) <= q:
-        h += 1
-    if h * h > q:
-        h -= 1
-    return h
-
-
-@njit(inline="always", **_OPTS)
-def _need4(need2, nfar, rho):
-    # need2[t, rho] for t = 0, 1, 3, 4 (disc_need_table), and beyond the table from the
-    # running maxima of _tables.disc_need_far (nfar; row 5: the quarter disc's lengths).
-    if rho < need2.shape[1]:
-        return need2[0, rho], need2[1, rho], need2[3, rho], need2[4, rho]
-    c = np.searchsorted(nfar[5], rho) - 1  # the longest offset inside the disc
-    return nfar[0, c], nfar[1, c], nfar[3, c], nfar[4, c]
-
-
-@njit(inline="always", **_OPTS)
-def _need(need2, nfar, t, rho):
-    # need2[(t >> 1) * 3 + (t & 1), rho] (class type t < 4), beyond the table as _need4.
-    row = (t >> 1) * 3 + (t & 1)
-    if rho < need2.shape[1]:
-        return need2[row, rho]
-    return nfar[row, np.searchsorted(nfar[5], rho) - 1]
-
-
 @njit(**_LEAF)
-def _any_rows(bits, a, jc, kc, rho, hwy, hwz, syi, szi, m1, m2):
+def _any_rows(bits, a, jc, kc, rho, hwy, hwz, szi, m1, m2):
     # Some row of row set a (bits[a], per word column) that the disc of squared radius
     # rho centred on (row jc, column kc) reaches in some word column still has an
     # unassigned voxel there: bits is live (one plane) or agg (a = 0, the whole slab).
-    hk = _hw(hwz, szi, rho)
+    hk = hwz[rho]
     for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
         gz = max(w * 64 - kc, kc - min(w * 64 + 63, m2 - 1), 0) * szi
         rem = rho - gz * gz
         if rem <= 0:
             continue
-        hy = _hw(hwy, syi, rem)
+        hy = hwy[rem]
         bl = max(jc - hy, 0)
         br = min(jc + hy, m1 - 1)
         for u in range(bl >> 6, (br >> 6) + 1):
@@ -965,7 +931,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
         if rho <= 0 or (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
             continue
         a = i - p0
-        hk = _hw(hwz, szi, rho)
+        hk = hwz[rho]
         for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
             c0 = w * 64
             c1 = min(c0 + 64, m2) - 1
@@ -973,7 +939,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
             rem = rho - gz * gz
             if rem <= 0:
                 continue
-            hy = _hw(hwy, syi, rem)
+            hy = hwy[rem]
             bl = max(jc - hy, 0)
             br = min(jc + hy, m1 - 1)
             for u in range(bl >> 6, (br >> 6) + 1):
@@ -982,7 +948,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
                     jj = u * 64 + trailing_zeros(bits)
                     bits &= bits - np.uint64(1)
                     dy = (jj - jc) * syi
-                    hk2 = _hw(hwz, szi, rho - dy * dy)
+                    hk2 = hwz[rho - dy * dy]
                     lft = max(kc - hk2, c0)
                     rgt = min(kc + hk2, c1)
                     if lft > rgt:
@@ -1036,16 +1002,15 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             rho = rr - dx * dx
             if rho <= 0:
                 continue
-            hj = _hw(hwy, syi, rho)
-            hk = _hw(hwz, szi, rho)
+            hj = hwy[rho]
+            hk = hwz[rho]
             jl = max(j0 - hj, lo1) - lo1
             jr = min(j0 + hj, hi1 - 1) - lo1
             kl = max(k0 - hk, lo2) - lo2
             kr = min(k0 + hk, hi2 - 1) - lo2
             if jl > jr or kl > kr:
                 continue
-            if track and not _any_rows(agg, 0, j0 - lo1, k0 - lo2, rho, hwy, hwz, syi, szi, m1,
-                                       m2):
+            if track and not _any_rows(agg, 0, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
                 continue
             if track and h >= NODE_EXT:
                 remaining -= _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr,
@@ -1061,13 +1026,13 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 if (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
                     continue
                 a = i - p0
-                if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, syi, szi,
-                                           m1, m2):
+                if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1,
+                                           m2):
                     continue
-                hj = _hw(hwy, syi, rho)
+                hj = hwy[rho]
                 for adj in range(0, hj + 1):
                     dy = adj * syi
-                    hk = _hw(hwz, szi, rho - dy * dy)
+                    hk = hwz[rho - dy * dy]
                     lft = max(k0 - hk, lo2) - lo2
                     rgt = min(k0 + hk, hi2 - 1) - lo2
                     if lft > rgt:
@@ -1216,10 +1181,10 @@ def _first_rest_hidden(rq, c, d, end, rp, sxi, syi, szi):
 
 
 @njit(inline="always", **_OPTS)
-def _hiding_classes(best, need2, nfar, rho, d, sxi):
+def _hiding_classes(best, need2, rho, d, sxi):
     # Bit c set when the disc at plane offset d (rho = its squared radius) lies inside the
     # disc of the class-c neighbour (D2 = best[c]): 4 table values serve the 12 classes.
-    n = _need4(need2, nfar, rho)
+    n = (need2[0, rho], need2[1, rho], need2[3, rho], need2[4, rho])
     hid = np.uint32(0)
     for e in range(3):
         dq = (d - e + 1) * sxi
@@ -1237,8 +1202,8 @@ def _behind_reach(rq, rp, sxi):
 
 
 @njit(**_OPTS)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, nfar, sxi, syi,
-                         szi, lo0, hi0, moff, masks, hidden, m0, m1):
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, sxi, syi, szi,
+                         lo0, hi0, moff, masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
     # when the disc at plane offset d lies inside an uphill neighbour's disc or outside
     # the box's planes [lo0, hi0) (it paints nothing there), and hidden[m] = 1 when every
@@ -1300,9 +1265,9 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
                 ex = last // 4 - 1
                 t = last % 4
                 dq = (d - ex) * sxi
-                inside = best[last] > _need(need2, nfar, t, rho) + dq * dq
+                inside = best[last] > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq
                 if not inside:
-                    hid = _hiding_classes(best, need2, nfar, rho, d, sxi)
+                    hid = _hiding_classes(best, need2, rho, d, sxi)
                     if hid:
                         rot = ((hid >> np.uint32(last)) | (hid << np.uint32(12 - last)))
                         last = (last + trailing_zeros(rot & np.uint32(0xFFF))) % 12
