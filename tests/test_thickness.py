@@ -848,3 +848,50 @@ def test_rows_of_more_than_two_words_equal_oracle(spacing):
     np.testing.assert_array_equal(whole, oracle_local_thickness(phase, spacing))
     out, _ = chunked(phase, (5, 11, 70), spacing)
     np.testing.assert_array_equal(out, whole)
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (7, 13, 10)])
+def test_disc_need_beyond_the_tables_equals_the_table(weights):
+    # The kernels look up disc_need_far beyond the tables: the longest quarter-disc offset
+    # shorter than rho gives the same need as the table's column rho, for every rho.
+    r2max = 60 * max(weights) ** 2
+    table = TAB.disc_need_table(r2max, weights[1], weights[2])
+    far = TAB.disc_need_far(r2max, weights[1], weights[2])
+    rho = np.arange(1, r2max + 1)
+    c = np.searchsorted(far[5], rho) - 1
+    for t in (0, 1, 3, 4):
+        np.testing.assert_array_equal(far[t, c], table[t, rho])
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])
+def test_masks_beyond_the_integer_tables_equal_the_tables_masks(spacing, monkeypatch):
+    # Past INT_TABLE_MAX the disc masks take their needs from disc_need_far and the
+    # half-widths from sqrt: the masks, hidden balls and ranks are those of the tables.
+    phase = np.ones((62, 13, 11), bool)
+    phase[0, 0, 0] = phase[3, 9, 7] = False  # radii up to about 60 voxels
+    weights, d2, cand, up = _centres(phase, spacing)
+    lo, hi = (0, 0, 0), phase.shape
+    ref = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
+    ranks = CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0].copy()
+    with monkeypatch.context() as m:
+        m.setattr(CPU, "INT_TABLE_MAX", 1)
+        assert d2[np.isfinite(d2)].max() > (32 * weights[0]) ** 2  # past the tables
+        got = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
+        np.testing.assert_array_equal(CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0], ranks)
+    for a, b in zip(ref, got):
+        np.testing.assert_array_equal(a, b)
+    assert ref[4].any() and not ref[4].all()
+
+
+@pytest.mark.parametrize("w", [1, 7, 40])
+def test_half_widths_past_the_table_equal_a_longer_table(w):
+    # Past a half_table's end the painter's half-widths come from an integer-corrected
+    # sqrt: the same as the table would hold, at the steps of squared lengths up to 4e6.
+    short = TAB.half_table(50, w)
+    full = TAB.half_table(4_000_000, w)
+    squares = (np.arange(1, 2000 // w) * w) ** 2  # where the half-width steps
+    b = np.concatenate([np.arange(5000), squares - 1, squares, squares + 1,
+                        full.size - 1 - np.arange(100)])
+    got = [NB._hw(short, w, int(v), far=full) for v in b]
+    np.testing.assert_array_equal(got, full[b])
+    assert NB._hw(short, w, 10, far=None) == short[10]

@@ -23,8 +23,9 @@ import numpy as np
 from volsweep.backend import cpu_threads
 
 from . import _tables
-from ._tables import (FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut, disc_need_table,
-                      far_min_r2, half_table, level_lut, prune_table)
+from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut,
+                      disc_need_far, disc_need_table, far_min_r2, half_table, level_lut,
+                      prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
@@ -194,14 +195,22 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     cand = np.ascontiguousarray(cand, dtype=np.int64)
     if r2s is None:
         r2s = d2.reshape(-1)[cand]
-    small = cand.size and r2s.max() < INT_TABLE_MAX
+    small = cand.size and r2s.max() < EXACT_LIMIT
     if small:
-        # exact integers: ranks by counting instead of a sort
         r2i = r2s.astype(np.int64)
-        present = np.zeros(int(r2i.max()) + 1, np.bool_)
-        present[r2i] = True
-        values = np.flatnonzero(present).astype(np.float64)
-        rank_lut = np.cumsum(present, dtype=np.uint32)
+        # the tables indexed by squared length stop at INT_TABLE_MAX (and cover the balls
+        # of fewer than 32 planes); the kernels compute the values beyond them
+        dense = max(INT_TABLE_MAX, (32 * wi[0]) ** 2 + 1)
+        if r2i.max() < dense:
+            # exact integers: ranks by counting instead of a sort
+            present = np.zeros(int(r2i.max()) + 1, np.bool_)
+            present[r2i] = True
+            values = np.flatnonzero(present).astype(np.float64)
+            rank_lut = np.cumsum(present, dtype=np.uint32)
+        else:
+            values = np.unique(r2s)
+            rank_lut = np.searchsorted(values, np.arange(dense, dtype=np.float64),
+                                       side="right").astype(np.uint32)
     else:
         values, ranks = np.unique(r2s, return_inverse=True)
         ranks = (ranks.ravel() + 1).astype(np.uint32)
@@ -213,7 +222,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     lo = [int(v) for v in box_lo]
     hi = [int(v) for v in box_hi]
     if not small:
-        # squared radii beyond the integer tables: half-widths by search, no disc skip
+        # squared radii beyond exact integers: half-widths by search, no disc skip
         ci, rem = np.divmod(cand, n1 * n2)
         cj, ck = np.divmod(rem, n2)
         ext = _half_extent(r2s, wi[0])
@@ -224,7 +233,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
     rmax = int(values[-1])
-    need2 = disc_need_table(rmax, wi[1], wi[2])
+    tab = min(rmax, rank_lut.size - 1)  # the tables' last squared length
+    need2 = disc_need_table(tab, wi[1], wi[2])
     if uphill is None:
         uphill = k.uphill_bits(d2, cand)
     vals = values.astype(np.int64)
@@ -244,7 +254,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         out[...] = 0
     hwx = half_table(min(rmax, r2lim - 1), wi[0])
     _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, hwx,
-         half_table(rmax, wi[1]), half_table(rmax, wi[2]), th, disc_mask_lut(wi, MASK_LUT_BYTES),
+         half_table(tab, wi[1]), half_table(tab, wi[2]), th, disc_mask_lut(wi, MASK_LUT_BYTES),
          wi[0], wi[1], wi[2], *lo, *hi, int(hwx[-1]), out, tasks_per_thread=2)
     return out, values
 
@@ -255,10 +265,19 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     k = _kernels()
     n0, n1, n2 = d2.shape
     rmax = int(vals[-1])
-    ci, cj, ck, ext = (np.empty(cand.size, np.int64) for _ in range(4))
-    ranks = np.empty(cand.size, np.uint32)
-    _run(k.centre_arrays, cand.size, cand, r2i, rank_lut, half_table(rmax, wi[0]), n1, n2,
-         ci, cj, ck, ranks, ext)
+    tab = need2.shape[1] - 1  # the tables' last squared length (rmax or less)
+    if rmax <= tab:
+        ci, cj, ck, ext = (np.empty(cand.size, np.int64) for _ in range(4))
+        ranks = np.empty(cand.size, np.uint32)
+        _run(k.centre_arrays, cand.size, cand, r2i, rank_lut, half_table(rmax, wi[0]), n1, n2,
+             ci, cj, ck, ranks, ext)
+        far = None  # every squared radius inside the tables
+    else:
+        ci, rem = np.divmod(cand, n1 * n2)
+        cj, ck = np.divmod(rem, n2)
+        ranks = (np.searchsorted(vals, r2i) + 1).astype(np.uint32)
+        ext = _half_extent(r2i.astype(np.float64), wi[0])
+        far = disc_need_far(rmax, wi[1], wi[2])
     # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
     # balls whose every disc is (not painted at all)
     moff = np.zeros(cand.size + 1, np.int64)
@@ -266,8 +285,8 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     masks = np.empty(int(moff[-1]), np.uint64)
     hidden = np.empty(cand.size, np.uint8)
     _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th,
-         disc_mask_lut(wi, MASK_LUT_BYTES), need2, wi[0], wi[1], wi[2], lo[0], hi[0], moff, masks,
-         hidden)
+         disc_mask_lut(wi, MASK_LUT_BYTES), need2, far, wi[0], wi[1], wi[2], lo[0], hi[0], moff,
+         masks, hidden)
     # the painted centres' arrays in painting order, and the slab lists that index them
     order = k.paint_order(ranks, hidden, int(vals.size))
     src = (ci, cj, ck, r2i, ranks, ext, moff)
@@ -278,7 +297,7 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g)
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
-         half_table(rmax, wi[1]), half_table(rmax, wi[2]), masks, moff, *lo, *hi, g,
+         half_table(tab, wi[1]), half_table(tab, wi[2]), far, masks, moff, *lo, *hi, g,
          bool(ext.size and ext.max() >= k.TRACK_EXT), out, tasks_per_thread=nslab)
 
 

@@ -6,14 +6,16 @@ Lengths are squared lattice lengths (integer weights, exact in float64).
 Every kernel is serial, ``nogil`` and works on a range (of planes, slabs or centres):
 ``_cpu`` runs the ranges on a thread pool.  Serial kernels compile in a fraction of
 the time of ``parallel=True`` ones (no parfor lowering), each kernel is called with one
-set of argument types (one compilation), and kernels a call does not need are not
-compiled (numba compiles on first use).
+set of argument types (one compilation; the painter has a second for squared radii past
+its tables), and kernels a call does not need are not compiled (numba compiles on first
+use).
 """
 
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 _OPTS = dict(cache=True, nogil=True)
@@ -893,18 +895,74 @@ def paint_bits(start, lists, ext, ci, cj, ck, r2s, ranks, sx, sy, sz, lo0, lo1, 
     return out
 
 
+# Lookups in the tables indexed by squared length.  Their last argument, far, is None
+# while every squared radius is inside the tables: the kernels are then compiled without
+# the branch past the tables' end (a second compilation serves the squared radii beyond).
+def _hw(table, w, b, far):
+    """table[b] (a half_table: the largest h >= 0 with (h*w)^2 < b, -1 for b <= 0); with
+    far an array, past the table's end the same by sqrt, made exact in integers."""
+    if far is None or b < table.size:
+        return table[b]
+    q = (b - 1) // (w * w)  # (h*w)^2 < b  <=>  h^2 <= q
+    h = np.int64(math.sqrt(q))
+    if (h + 1) * (h + 1) <= q:
+        h += 1
+    if h * h > q:
+        h -= 1
+    return h
+
+
+def _need4(need2, far, rho):
+    """need2[t, rho] for t = 0, 1, 3, 4 (disc_need_table); with far an array
+    (_tables.disc_need_far), past the table's end from far's running maxima."""
+    if far is None or rho < need2.shape[1]:
+        return need2[0, rho], need2[1, rho], need2[3, rho], need2[4, rho]
+    c = np.searchsorted(far[5], rho) - 1  # the longest offset inside the disc
+    return far[0, c], far[1, c], far[3, c], far[4, c]
+
+
+def _need(need2, far, t, rho):
+    """need2[(t >> 1) * 3 + (t & 1), rho] (class type t < 4), past the table as _need4."""
+    row = (t >> 1) * 3 + (t & 1)
+    if far is None or rho < need2.shape[1]:
+        return need2[row, rho]
+    return far[row, np.searchsorted(far[5], rho) - 1]
+
+
+@overload(_hw, inline="always")
+def _hw_typed(table, w, b, far):
+    if isinstance(far, types.NoneType):
+        return lambda table, w, b, far: table[b]
+    return _hw
+
+
+@overload(_need4, inline="always")
+def _need4_typed(need2, far, rho):
+    if isinstance(far, types.NoneType):
+        return lambda need2, far, rho: (need2[0, rho], need2[1, rho], need2[3, rho],
+                                        need2[4, rho])
+    return _need4
+
+
+@overload(_need, inline="always")
+def _need_typed(need2, far, t, rho):
+    if isinstance(far, types.NoneType):
+        return lambda need2, far, t, rho: need2[(t >> 1) * 3 + (t & 1), rho]
+    return _need
+
+
 @njit(**_LEAF)
-def _any_rows(bits, a, jc, kc, rho, hwy, hwz, szi, m1, m2):
+def _any_rows(bits, a, jc, kc, rho, hwy, hwz, far, syi, szi, m1, m2):
     # Some row of row set a (bits[a], per word column) that the disc of squared radius
     # rho centred on (row jc, column kc) reaches in some word column still has an
     # unassigned voxel there: bits is live (one plane) or agg (a = 0, the whole slab).
-    hk = hwz[rho]
+    hk = _hw(hwz, szi, rho, far)
     for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
         gz = max(w * 64 - kc, kc - min(w * 64 + 63, m2 - 1), 0) * szi
         rem = rho - gz * gz
         if rem <= 0:
             continue
-        hy = hwy[rem]
+        hy = _hw(hwy, syi, rem, far)
         bl = max(jc - hy, 0)
         br = min(jc + hy, m1 - 1)
         for u in range(bl >> 6, (br >> 6) + 1):
@@ -915,7 +973,7 @@ def _any_rows(bits, a, jc, kc, rho, hwy, hwz, szi, m1, m2):
 
 @njit(**_LEAF)
 def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
-                    moff, sxi, syi, szi, hwy, hwz, p0, lo1, lo2, m1, m2):
+                    moff, sxi, syi, szi, hwy, hwz, far, p0, lo1, lo2, m1, m2):
     # A large ball in one slab, plane by plane and word column by word column: only the
     # rows that the ball reaches there and that still hold an unassigned voxel (found 64
     # at a time through their live bits) are painted, so a ball over finished rows costs
@@ -931,7 +989,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
         if rho <= 0 or (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
             continue
         a = i - p0
-        hk = hwz[rho]
+        hk = _hw(hwz, szi, rho, far)
         for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
             c0 = w * 64
             c1 = min(c0 + 64, m2) - 1
@@ -939,7 +997,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
             rem = rho - gz * gz
             if rem <= 0:
                 continue
-            hy = hwy[rem]
+            hy = _hw(hwy, syi, rem, far)
             bl = max(jc - hy, 0)
             br = min(jc + hy, m1 - 1)
             for u in range(bl >> 6, (br >> 6) + 1):
@@ -948,7 +1006,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
                     jj = u * 64 + trailing_zeros(bits)
                     bits &= bits - np.uint64(1)
                     dy = (jj - jc) * syi
-                    hk2 = hwz[rho - dy * dy]
+                    hk2 = _hw(hwz, szi, rho - dy * dy, far)
                     lft = max(kc - hk2, c0)
                     rgt = min(kc + hk2, c1)
                     if lft > rgt:
@@ -965,8 +1023,8 @@ TRACK_EXT = 32
 
 
 @njit(**_OPTS)
-def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy, hwz, masks,
-                   moff, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
+def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy, hwz, far,
+                   masks, moff, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
@@ -1002,20 +1060,21 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             rho = rr - dx * dx
             if rho <= 0:
                 continue
-            hj = hwy[rho]
-            hk = hwz[rho]
+            hj = _hw(hwy, syi, rho, far)
+            hk = _hw(hwz, szi, rho, far)
             jl = max(j0 - hj, lo1) - lo1
             jr = min(j0 + hj, hi1 - 1) - lo1
             kl = max(k0 - hk, lo2) - lo2
             kr = min(k0 + hk, hi2 - 1) - lo2
             if jl > jr or kl > kr:
                 continue
-            if track and not _any_rows(agg, 0, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1, m2):
+            if track and not _any_rows(agg, 0, j0 - lo1, k0 - lo2, rho, hwy, hwz, far, syi, szi,
+                                       m1, m2):
                 continue
             if track and h >= NODE_EXT:
                 remaining -= _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
-                                             p0, lo1, lo2, m1, m2)
+                                             far, p0, lo1, lo2, m1, m2)
                 continue
             for i in range(ia, ib + 1):
                 dx = (i - ic) * sxi
@@ -1026,13 +1085,13 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 if (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
                     continue
                 a = i - p0
-                if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, szi, m1,
-                                           m2):
+                if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, far, syi,
+                                           szi, m1, m2):
                     continue
-                hj = hwy[rho]
+                hj = _hw(hwy, syi, rho, far)
                 for adj in range(0, hj + 1):
                     dy = adj * syi
-                    hk = hwz[rho - dy * dy]
+                    hk = _hw(hwz, szi, rho - dy * dy, far)
                     lft = max(k0 - hk, lo2) - lo2
                     rgt = min(k0 + hk, hi2 - 1) - lo2
                     if lft > rgt:
@@ -1181,10 +1240,10 @@ def _first_rest_hidden(rq, c, d, end, rp, sxi, syi, szi):
 
 
 @njit(inline="always", **_OPTS)
-def _hiding_classes(best, need2, rho, d, sxi):
+def _hiding_classes(best, need2, far, rho, d, sxi):
     # Bit c set when the disc at plane offset d (rho = its squared radius) lies inside the
     # disc of the class-c neighbour (D2 = best[c]): 4 table values serve the 12 classes.
-    n = (need2[0, rho], need2[1, rho], need2[3, rho], need2[4, rho])
+    n = _need4(need2, far, rho)
     hid = np.uint32(0)
     for e in range(3):
         dq = (d - e + 1) * sxi
@@ -1202,8 +1261,8 @@ def _behind_reach(rq, rp, sxi):
 
 
 @njit(**_OPTS)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, sxi, syi, szi,
-                         lo0, hi0, moff, masks, hidden, m0, m1):
+def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, far, sxi, syi,
+                         szi, lo0, hi0, moff, masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
     # when the disc at plane offset d lies inside an uphill neighbour's disc or outside
     # the box's planes [lo0, hi0) (it paints nothing there), and hidden[m] = 1 when every
@@ -1265,9 +1324,9 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
                 ex = last // 4 - 1
                 t = last % 4
                 dq = (d - ex) * sxi
-                inside = best[last] > need2[(t >> 1) * 3 + (t & 1), rho] + dq * dq
+                inside = best[last] > _need(need2, far, t, rho) + dq * dq
                 if not inside:
-                    hid = _hiding_classes(best, need2, rho, d, sxi)
+                    hid = _hiding_classes(best, need2, far, rho, d, sxi)
                     if hid:
                         rot = ((hid >> np.uint32(last)) | (hid << np.uint32(12 - last)))
                         last = (last + trailing_zeros(rot & np.uint32(0xFFF))) % 12
@@ -1288,13 +1347,13 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
                 d += step
                 if last % 4 == 0 and (last // 4 - 1) * step < 0:
                     # the neighbour behind in the same column: its planes set at once
-                    far = min(_behind_reach(best[last], rp, sxi), end * step) * step
-                    if (far - d) * step >= 0:
-                        lft = min(d, far) + h
-                        rgt = max(d, far) + h
+                    reach = min(_behind_reach(best[last], rp, sxi), end * step) * step
+                    if (reach - d) * step >= 0:
+                        lft = min(d, reach) + h
+                        rgt = max(d, reach) + h
                         for w in range(lft >> 6, (rgt >> 6) + 1):
                             masks[moff[m] + w] |= _span_word(w, lft, rgt)
-                        d = far + step
+                        d = reach + step
         if allin:
             hidden[m] = 1
     return masks

@@ -189,7 +189,9 @@ INT_TABLE_MAX = 2**20
 
 
 @functools.lru_cache(maxsize=8)
-def _disc_need(r2max: int, wy: int, wz: int) -> np.ndarray:
+def _quarter_disc(r2max: int, wy: int, wz: int) -> tuple[np.ndarray, np.ndarray]:
+    """The squared lengths (ascending) of the offsets o >= 0 of a plane's quarter disc up to
+    r2max, and per row t = |ey|*3 + |ek| (t < 5) the running max of |o + (ey, ek)|^2."""
     qa = math.isqrt(r2max) // wy + 2
     qb = math.isqrt(r2max) // wz + 2
     a, b = np.meshgrid(np.arange(qa, dtype=np.int64), np.arange(qb, dtype=np.int64),
@@ -199,15 +201,23 @@ def _disc_need(r2max: int, wy: int, wz: int) -> np.ndarray:
     norm = norm[order]
     a = a.ravel()[order]
     b = b.ravel()[order]
+    pm = np.zeros((5, norm.size), np.int64)
+    for ey in range(2):
+        for ek in range(2):
+            pm[ey * 3 + ek] = np.maximum.accumulate(((a + ey) * wy) ** 2 + ((b + ek) * wz) ** 2)
+    return norm, pm
+
+
+@functools.lru_cache(maxsize=8)
+def _disc_need(r2max: int, wy: int, wz: int) -> np.ndarray:
+    norm, pm = _quarter_disc(r2max, wy, wz)
     # count[rho] = how many sorted norms are < rho (the disc of rho, one quadrant)
     count = np.searchsorted(norm, np.arange(r2max + 1, dtype=np.int64), side="left")
     need = np.zeros((9, r2max + 1), np.int64)
-    for ey in range(2):
-        for ek in range(2):
-            pm = np.maximum.accumulate(((a + ey) * wy) ** 2 + ((b + ek) * wz) ** 2)
-            row = np.where(count > 0, pm[np.maximum(count - 1, 0)], 0)
-            row[0] = 0
-            need[ey * 3 + ek] = row
+    for t in (0, 1, 3, 4):
+        row = np.where(count > 0, pm[t][np.maximum(count - 1, 0)], 0)
+        row[0] = 0
+        need[t] = row
     return need
 
 
@@ -216,6 +226,24 @@ def disc_need_table(r2max: int, wy: int, wz: int) -> np.ndarray:
     {o : (o_y*wy)^2 + (o_z*wz)^2 < rho}: that disc shifted by (ey, ek) lies inside the
     disc of rho' iff rho' > need.  (The first axis has 9 rows; 0, 1, 3, 4 are used.)"""
     return _disc_need(int(r2max), int(wy), int(wz))
+
+
+def disc_need_far(r2max: int, wy: int, wz: int) -> np.ndarray:
+    """``disc_need_table`` without a column per squared radius, for radii beyond the
+    tables: rows 0-4 hold the running maxima of the quarter disc's offsets in ascending
+    length, row 5 those lengths, and ``need[t, rho] = far[t, c - 1]`` where c counts the
+    lengths < rho (rho >= 1).  One column per lattice offset of a quarter disc (about
+    r2max / (wy * wz)) where the table has one per squared length.
+
+    Examples
+    --------
+    >>> far = disc_need_far(50, 1, 1)
+    >>> c = int(np.searchsorted(far[5], 26))
+    >>> int(far[0, c - 1]) == int(disc_need_table(50, 1, 1)[0, 26]) == 25
+    True
+    """
+    norm, pm = _quarter_disc(int(r2max), int(wy), int(wz))
+    return np.concatenate([pm, norm[None]])
 
 
 def half_table(r2max: int, w: int) -> np.ndarray:
