@@ -895,3 +895,34 @@ def test_half_widths_past_the_table_equal_a_longer_table(w):
     got = [NB._hw(short, w, int(v), far=full) for v in b]
     np.testing.assert_array_equal(got, full[b])
     assert NB._hw(short, w, 10, far=None) == short[10]
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (7, 13, 10)])
+def test_cap_containment_equals_a_brute_force(weights):
+    # Far pruning's exact fallback against every lattice point of the ball: p = u from its
+    # nearest background (the origin), q = p + v near the ray, b = |u + v|^2.  It never
+    # claims a containment that fails, and it finds most of those that the continuous test
+    # misses.
+    rng = np.random.default_rng(7)
+    w = np.array(weights, float)
+    found = missed = 0
+    for _ in range(400):
+        u = rng.integers(-9, 10, 3)
+        c = rng.uniform(0.3, 1.5)
+        v = np.floor(c * u + rng.uniform(-0.5, 0.5, 3) + 0.5).astype(np.int64)
+        if not v.any() or not u.any():
+            continue
+        a = float(((u * w) ** 2).sum())
+        b = float((((u + v) * w) ** 2).sum())
+        r = [int(math.isqrt(int(a)) // int(x)) + 1 for x in weights]
+        g = np.stack(np.meshgrid(*[np.arange(-h, h + 1) for h in r], indexing="ij"), -1)
+        o = g[((g * w) ** 2).sum(-1) < a]
+        truth = bool((((o - v) * w) ** 2).sum(-1).max() < b)
+        got = NB._cap_holds(a, b, *(int(x) for x in v), *(float(x) for x in weights))
+        assert not got or truth
+        el = b - float(((v * w) ** 2).sum()) - (a - 1)
+        continuous = el > 0 and el * el > 4 * float(((v * w) ** 2).sum()) * (a - 1)
+        if truth and not continuous:
+            found += got
+            missed += not got
+    assert found > 0 and found >= 3 * missed

@@ -35,10 +35,10 @@ import math
 
 import numpy as np
 
-from ._tables import (FAR_RIDGE, FAR_STEP, GPU_FAR_MIN_RADIUS, INT_TABLE_MAX, diameter_lut,
-                      disc_need_table, far_min_r2, prune_table)
+from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_FAR_MIN_RADIUS, INT_TABLE_MAX,
+                      diameter_lut, disc_need_table, far_min_r2, prune_table)
 
-CUDA_SOURCE = r"""
+CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
 
 __device__ __forceinline__ long long lt_half(double base, double r2, double s)
@@ -356,12 +356,50 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
     keep[p] = res;
 }
 
+/* Exactly whether every lattice offset o with |o|^2 < a has |o - v|^2 < b: the CPU's
+   _cap_holds, step for step.  Only a cap of the ball on the side away from v can fail (t =
+   -o.v > tmax); its lattice points are tested one by one, when its box holds at most
+   LT_CAP_MAX_POINTS (else false). */
+__device__ bool lt_cap_holds(double a, double b, long long vi, long long vj, long long vk,
+                             double sx, double sy, double sz)
+{
+    double x = __dmul_rn((double)vi, sx), y = __dmul_rn((double)vj, sy), z = __dmul_rn((double)vk, sz);
+    double v2 = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+    double tmax = __dadd_rn(ceil(__dmul_rn(__dadd_rn(__dadd_rn(__dadd_rn(b, -a), 1.0), -v2), 0.5)),
+                            -1.0);
+    double vn = sqrt(v2);
+    double r = sqrt(__dadd_rn(a, -1.0));
+    double h0 = __dadd_rn(tmax, 1.0) / vn;
+    if (h0 < 0.0) return false;
+    double q = fmax(__dmul_rn(__dmul_rn(2.0, r), __dadd_rn(r, -h0)), 0.0);
+    double rho = __dadd_rn(sqrt(__dadd_rn(q, __dmul_rn(__dmul_rn(1e-12, r), r))), 1.0);
+    double f = -h0 / vn;
+    double i0 = floor(__dadd_rn(__dmul_rn(f, x), -rho) / sx);
+    double i1 = ceil(__dadd_rn(__dmul_rn(f, x), rho) / sx);
+    double j0 = floor(__dadd_rn(__dmul_rn(f, y), -rho) / sy);
+    double j1 = ceil(__dadd_rn(__dmul_rn(f, y), rho) / sy);
+    double k0 = floor(__dadd_rn(__dmul_rn(f, z), -rho) / sz);
+    double k1 = ceil(__dadd_rn(__dmul_rn(f, z), rho) / sz);
+    double count = __dmul_rn(__dmul_rn(__dadd_rn(__dadd_rn(i1, -i0), 1.0),
+                                       __dadd_rn(__dadd_rn(j1, -j0), 1.0)),
+                             __dadd_rn(__dadd_rn(k1, -k0), 1.0));
+    if (count > (double)LT_CAP_MAX_POINTS) return false;
+    for (long long oi = (long long)i0; oi <= (long long)i1; ++oi)
+        for (long long oj = (long long)j0; oj <= (long long)j1; ++oj)
+            for (long long ok = (long long)k0; ok <= (long long)k1; ++ok)
+                if (lt_len2((double)oi, (double)oj, (double)ok, sx, sy, sz) < a
+                    && lt_len2((double)(oi - vi), (double)(oj - vj), (double)(ok - vk), sx, sy, sz) >= b)
+                    return false;
+    return true;
+}
+
 /* For centres cand[m]: keep[m] = 0 when the ball of cand[m] lies inside the ball of a centre
    q on its ray from the background, else 1 (the CPU's prune_far, step for step).  Central
    differences of D2 give p - s (s: the nearest background voxel), q = p + round(c u) for c
    from the farthest in-array point (c <= 2) shrinking by `step`; the ball is inside q's when
    el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1) (exact; D2(q) > a, so
-   q comes first in the order).  Centres with a < r2min are kept (prune decided them). */
+   q comes first in the order), or else by lt_cap_holds off the unit lattice.  Centres with
+   a < r2min are kept (prune decided them). */
 extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const long long* __restrict__ cand,
                                         long long ncand, long long n0, long long n1, long long n2,
                                         double sx, double sy, double sz, double eps,
@@ -411,7 +449,12 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
         double am1 = __dadd_rn(a, -1.0);
         double el = __dadd_rn(__dadd_rn(b, -v2), -am1);
         double rhs = __dmul_rn(__dmul_rn(__dmul_rn(4.0, v2), am1), __dadd_rn(1.0, eps));
-        if (el > 0.0 && __dmul_rn(el, el) > rhs) { keep[m] = 0; return; }
+        bool unit = sx == 1.0 && sy == 1.0 && sz == 1.0;
+        if (el > 0.0 && (__dmul_rn(el, el) > rhs
+                         || (!unit && lt_cap_holds(a, b, vi, vj, vk, sx, sy, sz)))) {
+            keep[m] = 0;
+            return;
+        }
     }
 }
 

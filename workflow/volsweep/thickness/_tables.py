@@ -39,6 +39,9 @@ FAR_STEP = 0.7
 # backgrounds differ: its ray rarely leads to a larger ball and is not walked (fine phases
 # keep mostly such centres; the walks skipped on the benchmark's cases pruned nothing).
 FAR_RIDGE = 0.75
+# Where the continuous containment test fails, far pruning decides exactly by the lattice
+# points of a cap of the ball, when its bounding box holds at most this many.
+CAP_MAX_POINTS = 256
 
 
 # On the CPU, centres of radius >= FAR_FIRST_RADIUS finest weights are walked before their 26
