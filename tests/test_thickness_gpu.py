@@ -78,9 +78,9 @@ extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* c
                                double sx, double sy, double sz, long long lo0, long long lo1,
                                long long lo2, long long hi0, long long hi1, long long hi2,
                                unsigned int* M, const unsigned long long* masks,
-                               const long long* moff, int use_masks)
+                               const long long* moff)
 { LAUNCH(lt_paint_rows, cand, sel, nsel, d2, rank, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1,
-         hi2, M, masks, moff, use_masks) }
+         hi2, M, masks, moff) }
 extern "C" void run_plane_words(unsigned grid, unsigned block, const double* d2,
                                 const long long* cand, long long ncand, long long n1, long long n2,
                                 double sx, long long lo0, long long hi0, long long* nw)
@@ -88,10 +88,11 @@ extern "C" void run_plane_words(unsigned grid, unsigned block, const double* d2,
 extern "C" void run_disc_masks(unsigned grid, unsigned block, const double* d2,
                                const long long* cand, long long ncand, const long long* moff,
                                long long nwords, long long n0, long long n1, long long n2,
-                               double sx, const double* need2, long long nrho, long long lo0,
-                               long long hi0, unsigned long long* masks, unsigned char* visible)
-{ LAUNCH(lt_disc_masks, d2, cand, ncand, moff, nwords, n0, n1, n2, sx, need2, nrho, lo0, hi0,
-         masks, visible) }
+                               double sx, const double* need2, long long nrho, const double* far,
+                               long long nfar, long long lo0, long long hi0,
+                               unsigned long long* masks, unsigned char* visible)
+{ LAUNCH(lt_disc_masks, d2, cand, ncand, moff, nwords, n0, n1, n2, sx, need2, nrho, far, nfar,
+         lo0, hi0, masks, visible) }
 extern "C" void run_edt_line(unsigned grid, unsigned block, const double* fin, double* fout,
                              long long nline, long long len, long long inner, long long w, int* sb,
                              int* tb)
@@ -130,6 +131,32 @@ def emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep):
                       *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep),
                       D(TAB.far_min_r2(weights)), D(TAB.FAR_STEP), D(TAB.FAR_RIDGE), _p(keep))
     return keep
+
+
+def emulated_disc_masks(lib, d2, cand, weights, box_lo, box_hi, r2max, table_max=None):
+    """lt_disc_masks of the centres ``cand`` as the GPU module runs it: (moff, masks,
+    visible).  The disc table stops at ``table_max`` (``INT_TABLE_MAX``) and past it the
+    needs come from ``disc_need_far``."""
+    L, D = ctypes.c_longlong, ctypes.c_double
+    n0, n1, n2 = d2.shape
+    g = lambda m, bs=64: (m + bs - 1) // bs  # noqa: E731
+    tab = min(r2max, (table_max or TAB.INT_TABLE_MAX) - 1)
+    need2 = np.ascontiguousarray(TAB.disc_need_table(tab, weights[1], weights[2]), np.float64)
+    far = np.zeros((6, 1))
+    if r2max > tab:
+        far = np.ascontiguousarray(TAB.disc_need_far(r2max, weights[1], weights[2]), np.float64)
+    nw = np.empty(cand.size, np.int64)
+    lib.run_plane_words(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n1), L(n2),
+                        D(float(weights[0])), L(box_lo[0]), L(box_hi[0]), _p(nw))
+    moff = np.zeros(cand.size + 1, np.int64)
+    np.cumsum(nw, out=moff[1:])
+    masks = np.empty(max(int(moff[-1]), 1), np.uint64)
+    visible = np.zeros(cand.size, np.uint8)
+    lib.run_disc_masks(g(int(moff[-1])), 64, _p(d2), _p(cand), L(cand.size), _p(moff),
+                       L(int(moff[-1])), L(n0), L(n1), L(n2), D(float(weights[0])), _p(need2),
+                       L(need2.shape[1]), _p(far), L(far.shape[1]), L(box_lo[0]),
+                       L(box_hi[0]), _p(masks), _p(visible))
+    return moff, masks, visible
 
 
 def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None,
@@ -179,29 +206,13 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
     M = np.zeros((nq + 1,) + shape, np.uint32)
     box = [L(v) for v in box_lo] + [L(v) for v in box_hi]
 
-    def rows(sel, nsel, masks, moff, use_masks):
-        lib.run_paint_rows(g(nsel * 32), 64, _p(cand), _p(sel), L(nsel), _p(d2), _p(rank),
-                           L(n1), L(n2), D(sx), D(sy), D(sz), *box, _p(M), _p(masks), _p(moff),
-                           ctypes.c_int(use_masks))
-
-    if values.size and values[-1] < TAB.INT_TABLE_MAX:
-        need2 = np.ascontiguousarray(TAB.disc_need_table(int(values[-1]), weights[1], weights[2]),
-                                     dtype=np.float64)
-        nw = np.empty(cand.size, np.int64)
-        lib.run_plane_words(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n1), L(n2),
-                            D(sx), L(box_lo[0]), L(box_hi[0]), _p(nw))
-        moff = np.zeros(cand.size + 1, np.int64)
-        np.cumsum(nw, out=moff[1:])
-        masks = np.empty(max(int(moff[-1]), 1), np.uint64)
-        visible = np.zeros(cand.size, np.uint8)
-        lib.run_disc_masks(g(int(moff[-1])), 64, _p(d2), _p(cand), L(cand.size), _p(moff),
-                           L(int(moff[-1])), L(n0), L(n1), L(n2), D(sx), _p(need2),
-                           L(need2.shape[1]), L(box_lo[0]), L(box_hi[0]), _p(masks), _p(visible))
+    if values.size:
+        moff, masks, visible = emulated_disc_masks(lib, d2, cand, weights, box_lo, box_hi,
+                                                   int(values[-1]))
         sel = np.flatnonzero(visible).astype(np.int64)
-        rows(sel, sel.size, masks, moff, 1)
-    else:
-        dummy = np.zeros(1, np.int64)
-        rows(dummy, cand.size, dummy.view(np.uint64), dummy, 0)
+        lib.run_paint_rows(g(sel.size * 32), 64, _p(cand), _p(sel), L(sel.size), _p(d2),
+                           _p(rank), L(n1), L(n2), D(sx), D(sy), D(sz), *box, _p(M), _p(masks),
+                           _p(moff))
     size = int(np.prod(shape))
     for q in range(nq, 0, -1):
         lib.run_pushdown(g(size), 64, _p(M), L(size), L(shape[2]), ctypes.c_int(q))
@@ -270,7 +281,7 @@ def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacin
 
 
 def test_cuda_source_emulated_beyond_the_integer_tables(emulated):
-    # Squared lattice radii past INT_TABLE_MAX: no disc masks, every disc painted.
+    # Squared lattice radii past INT_TABLE_MAX: the disc masks' needs from disc_need_far.
     spacing = (0.65, 0.65, 2.0)  # lattice weights (13, 13, 40)
     phase = np.ones((7, 9, 64), bool)
     phase[3, 4, 0] = phase[5, 1, 63] = False
@@ -420,3 +431,22 @@ def test_device_out_of_memory_falls_back_to_the_cpu():
     finally:
         pool.set_limit(size=0)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (0.7, 1.3, 1.0)])
+def test_cuda_source_emulated_masks_past_the_table_equal_the_tables(emulated, spacing):
+    # With the disc table cut short, the masks from disc_need_far past its end are the
+    # full table's, bit for bit, and they hide discs there.
+    from volsweep.thickness import _cpu as CPU
+
+    phase = solid_with_pores((23, 19, 29), 2, 3)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    cand = np.flatnonzero(phase.ravel()).astype(np.int64)
+    r2max = int(d2.ravel()[cand].max())
+    lo, hi = (2, 0, 0), (20, 19, 29)
+    full = emulated_disc_masks(emulated, d2, cand, weights, lo, hi, r2max)
+    short = emulated_disc_masks(emulated, d2, cand, weights, lo, hi, r2max, table_max=r2max // 8)
+    for a, b in zip(full, short):
+        np.testing.assert_array_equal(a, b)
+    assert 0 < full[2].sum() < cand.size

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_FAR_MIN_RADIUS, INT_TABLE_MAX,
-                      diameter_lut, disc_need_table, far_min_r2, prune_table)
+                      diameter_lut, disc_need_far, disc_need_table, far_min_r2, prune_table)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -214,12 +214,26 @@ __device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, lo
 
 /* Whether the ball's disc at plane offset d (squared radius rho there) lies inside the
    same plane's disc of an uphill neighbour: D2(q) > need2[t, rho] + ((d - ex) sx)^2
-   (exact integers in float64; need2 from _tables.disc_need_table, rows of nrho).  *last:
+   (exact integers in float64; need2 from _tables.disc_need_table, rows of nrho).  Past the
+   table (rho >= nrho) the need is far's column of the longest quarter-disc offset shorter
+   than rho (far: _tables.disc_need_far, rows of nfar, row 5 the offsets' lengths).  *last:
    the class tried first (the one that hid the previous disc). */
 __device__ __forceinline__ int lt_disc_hidden(const double* best, long long d, long long rho,
                                               double sx, const double* __restrict__ need2,
-                                              long long nrho, int* last)
+                                              long long nrho, const double* __restrict__ far,
+                                              long long nfar, int* last)
 {
+    const double* col = need2 + rho;
+    long long stride = nrho;
+    if (rho >= nrho) {
+        long long lo = 0, hi = nfar;  /* the first length >= rho */
+        while (lo < hi) {
+            long long mid = (lo + hi) >> 1;
+            if (far[5 * nfar + mid] < (double)rho) lo = mid + 1; else hi = mid;
+        }
+        col = far + (lo - 1);
+        stride = nfar;
+    }
     for (int cc = 0; cc < 12; ++cc) {
         int c = *last + cc;
         if (c >= 12) c -= 12;
@@ -227,7 +241,7 @@ __device__ __forceinline__ int lt_disc_hidden(const double* best, long long d, l
         if (rq < 0.0) continue;
         double dq = (double)(d - (c / 4 - 1)) * sx;
         int t = c % 4;
-        if (rq > __dadd_rn(need2[((t >> 1) * 3 + (t & 1)) * nrho + rho], __dmul_rn(dq, dq))) {
+        if (rq > __dadd_rn(col[((t >> 1) * 3 + (t & 1)) * stride], __dmul_rn(dq, dq))) {
             *last = c;
             return 1;
         }
@@ -265,6 +279,7 @@ extern "C" __global__ void lt_disc_masks(const double* __restrict__ d2, const lo
                                          long long ncand, const long long* __restrict__ moff,
                                          long long nwords, long long n0, long long n1, long long n2,
                                          double sx, const double* __restrict__ need2, long long nrho,
+                                         const double* __restrict__ far, long long nfar,
                                          long long lo0, long long hi0,
                                          unsigned long long* __restrict__ masks,
                                          unsigned char* __restrict__ visible)
@@ -290,7 +305,7 @@ extern "C" __global__ void lt_disc_masks(const double* __restrict__ d2, const lo
         if (d <= dhi) {
             double dd = __dmul_rn((double)d, sx);
             long long rho = (long long)__dadd_rn(rp, -__dmul_rn(dd, dd));
-            hid = lt_disc_hidden(best, d, rho, sx, need2, nrho, &last);
+            hid = lt_disc_hidden(best, d, rho, sx, need2, nrho, far, nfar, &last);
         }
         if (hid) word |= 1ULL << b;
     }
@@ -461,8 +476,8 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
 /* Painter "rows": one warp per centre, lanes over the rows of each painted disc (every lane
    walks the same discs).  Each row span [l, r] of axis 2 becomes two atomicMax into level
    q = floor(log2(r - l + 1)) of a sparse table M (levels of m0*m1*m2 uint32):
-   M[q][row][l] and M[q][row][r - 2^q + 1].  With masks, centre sel[w] paints the discs whose
-   bits (lt_disc_masks) are clear; without, centre w paints every disc in the box. */
+   M[q][row][l] and M[q][row][r - 2^q + 1].  Centre sel[w] paints the discs whose bits
+   (lt_disc_masks) are clear. */
 extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, const long long* __restrict__ sel,
                                          long long nsel, const double* __restrict__ d2,
                                          const unsigned int* __restrict__ rank,
@@ -471,13 +486,13 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
                                          long long hi0, long long hi1, long long hi2,
                                          unsigned int* __restrict__ M,
                                          const unsigned long long* __restrict__ masks,
-                                         const long long* __restrict__ moff, int use_masks)
+                                         const long long* __restrict__ moff)
 {
     long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long w = gt >> 5;
     int lane = (int)(gt & 31);
     if (w >= nsel) return;
-    long long m = use_masks ? sel[w] : w;
+    long long m = sel[w];
     long long p = cand[m];
     long long k = p % n2;
     long long j = (p / n2) % n1;
@@ -495,7 +510,7 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
     long long dlo, dhi;
     lt_box_planes(i, lt_half(0.0, r2, sx), lo0, hi0, &dlo, &dhi);
     for (long long u = 0; dlo + 64 * u <= dhi; ++u) {
-        unsigned long long todo = use_masks ? ~masks[moff[m] + u] : ~0ULL;
+        unsigned long long todo = ~masks[moff[m] + u];
         while (todo) {
             long long d = dlo + 64 * u + (__ffsll((long long)todo) - 1);
             todo &= todo - 1;
@@ -688,9 +703,10 @@ MASK_BATCH = 1 << 22
 def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
     """Rank map (uint32 CuPy array) of the box [lo, hi) and the sorted distinct D2 it indexes.
 
-    Within the integer tables, each batch of ``MASK_BATCH`` centres gets its plane masks
-    (``lt_disc_masks``, one thread per 64 planes) and only the centres with a visible disc
-    are painted, their visible discs only.  Needs ``_levels(m2)`` uint32 volumes of the box
+    Each batch of ``MASK_BATCH`` centres gets its plane masks (``lt_disc_masks``, one
+    thread per 64 planes) and only the centres with a visible disc are painted, their
+    visible discs only (past the integer tables the masks' needs come from
+    ``disc_need_far``).  Needs ``_levels(m2)`` uint32 volumes of the box
     for the sparse table (``memory_bytes``).  ``r2s``: ``d2`` at ``cand``, when the caller
     has it.
     """
@@ -714,40 +730,36 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
     M = cp.zeros((nq + 1,) + shape, cp.uint32)
     r2max = float(values[-1])
 
-    def rows(M, cb, rb, sel, nsel, masks, moff, use_masks):
-        if nsel:
-            _kernel("lt_paint_rows")(_grid(nsel * 32), (_BLOCK,), (
-                cb, sel, np.int64(nsel), d2, rb, np.int64(n1), np.int64(n2),
-                np.float64(wx), np.float64(wy), np.float64(wz), *lo, *hi, M, masks, moff,
-                np.int32(use_masks)))
-
-    if r2max < INT_TABLE_MAX:
-        need2 = cp.asarray(disc_need_table(int(r2max), int(wy), int(wz)), dtype=cp.float64)
-        for b0 in range(0, cand.size, MASK_BATCH):
-            cb = cand[b0:b0 + MASK_BATCH]
-            rb = rank[b0:b0 + MASK_BATCH]
-            nw = cp.empty(cb.size, cp.int64)
-            _kernel("lt_plane_words")(_grid(cb.size), (_BLOCK,), (
-                d2, cb, np.int64(cb.size), np.int64(n1), np.int64(n2), np.float64(wx),
-                lo[0], hi[0], nw))
-            moff = cp.zeros(cb.size + 1, cp.int64)
-            cp.cumsum(nw, out=moff[1:])
-            del nw
-            nwords = int(moff[-1])
-            masks = cp.empty(max(nwords, 1), cp.uint64)
-            visible = cp.zeros(cb.size, cp.uint8)
-            _kernel("lt_disc_masks")(_grid(nwords), (_BLOCK,), (
-                d2, cb, np.int64(cb.size), moff, np.int64(nwords), np.int64(n0), np.int64(n1),
-                np.int64(n2), np.float64(wx), need2, np.int64(need2.shape[1]), lo[0], hi[0],
-                masks, visible))
-            sel = cp.flatnonzero(visible)
-            del visible
-            rows(M, cb, rb, sel, sel.size, masks, moff, 1)
-            del masks, moff, sel
+    tab = min(int(r2max), INT_TABLE_MAX - 1)  # the table's last squared length
+    need2 = cp.asarray(disc_need_table(tab, int(wy), int(wz)), dtype=cp.float64)
+    if r2max > tab:
+        far = cp.asarray(disc_need_far(int(r2max), int(wy), int(wz)), dtype=cp.float64)
     else:
-        # beyond the integer tables: every disc of every centre
-        dummy = cp.zeros(1, cp.int64)
-        rows(M, cand, rank, dummy, cand.size, dummy.view(cp.uint64), dummy, 0)
+        far = cp.zeros((6, 1), cp.float64)  # not read
+    for b0 in range(0, cand.size, MASK_BATCH):
+        cb = cand[b0:b0 + MASK_BATCH]
+        rb = rank[b0:b0 + MASK_BATCH]
+        nw = cp.empty(cb.size, cp.int64)
+        _kernel("lt_plane_words")(_grid(cb.size), (_BLOCK,), (
+            d2, cb, np.int64(cb.size), np.int64(n1), np.int64(n2), np.float64(wx),
+            lo[0], hi[0], nw))
+        moff = cp.zeros(cb.size + 1, cp.int64)
+        cp.cumsum(nw, out=moff[1:])
+        del nw
+        nwords = int(moff[-1])
+        masks = cp.empty(max(nwords, 1), cp.uint64)
+        visible = cp.zeros(cb.size, cp.uint8)
+        _kernel("lt_disc_masks")(_grid(nwords), (_BLOCK,), (
+            d2, cb, np.int64(cb.size), moff, np.int64(nwords), np.int64(n0), np.int64(n1),
+            np.int64(n2), np.float64(wx), need2, np.int64(need2.shape[1]), far,
+            np.int64(far.shape[1]), lo[0], hi[0], masks, visible))
+        sel = cp.flatnonzero(visible)
+        del visible
+        if sel.size:
+            _kernel("lt_paint_rows")(_grid(sel.size * 32), (_BLOCK,), (
+                cb, sel, np.int64(sel.size), d2, rb, np.int64(n1), np.int64(n2),
+                np.float64(wx), np.float64(wy), np.float64(wz), *lo, *hi, M, masks, moff))
+        del masks, moff, sel
     for q in range(nq, 0, -1):
         _kernel("lt_pushdown")(_grid(level), (_BLOCK,), (M, np.int64(level), np.int64(m2),
                                                          np.int32(q)))
