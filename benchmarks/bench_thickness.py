@@ -15,7 +15,8 @@ Parts (``--parts``, CPU and GPU):
             each stage (distance map, pruning, painting, diameters), medians of
             ``--repeat`` after an untimed call (CUDA events on the GPU)
   spacing   blobs at spacings (1,1,1), 0.65, (0.65,0.65,2.0), (0.7,1.3,1.0): time and the
-            exact scale invariance check
+            exact scale invariance check; with ``--spacing-pores``, also the pores case
+            at those sizes and the spacings (1,1,1), (0.65,0.65,2.0), (0.7,1.3,1.0)
   porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs at
             porosity 0.5/0.6, blobiness 1/2, against volsweep in the same run; both
             timed as ``cases`` (the first call untimed: numba compiles or loads its
@@ -235,6 +236,11 @@ def part_spacing(a, out, log):
         log(f"blobs {a.size}^3 spacing {sp}: median {r['median_s']:.4f} s"
             + (f", scale-invariance mismatches {r['scale_invariance_mismatches']}"
                if "scale_invariance_mismatches" in r else ""))
+    for n in a.spacing_pores:
+        for sp in [(1, 1, 1), (0.65, 0.65, 2.0), (0.7, 1.3, 1.0)]:
+            r = run_case("pores", pores(n), a.device, a.repeat, spacing=sp)
+            rows.append(r)
+            log(f"pores {n}^3 spacing {sp}: median {r['median_s']:.4f} s")
     out["spacing"] = rows
 
 
@@ -412,6 +418,7 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--pores-sizes", type=int, nargs="+", default=[64, 96, 128])
     p.add_argument("--porespy-size", type=int, default=250)
+    p.add_argument("--spacing-pores", type=int, nargs="*", default=[])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--calls", type=int, default=100)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
