@@ -13,10 +13,11 @@ FMAs, so the GPU and the CPU give bit-identical results:
 2. ``lt_prune``: drop centres whose discrete ball lies in a 26-neighbour's
    (exact table test, ``_tables.prune_table``); ``lt_prune_far``: then those whose ball
    lies in a larger ball on their ray from the background, ridge centres not walked (the
-   CPU's ``far_container``).
+   CPU's ``far_container``, with its exact cap test ``lt_cap_holds``).
 3. ``lt_disc_masks``: one thread per 64 planes of a centre's ball sets a bit for every
    disc that lies inside the same plane's disc of an uphill 26-neighbour (exact integer
-   table, ``_tables.disc_need_table``); ``lt_paint_rows``: one warp per centre with a
+   table, ``_tables.disc_need_table``, and past it ``disc_need_far``);
+   ``lt_paint_rows``: one warp per centre with a
    visible disc, lanes over the rows of its visible discs, less the rows its uphill face
    neighbours in the plane hold (the CPU's ``paint_max``); every row span becomes two
    ``atomicMax`` of the centre's rank among the distinct D2 values (uint32) into a sparse

@@ -848,7 +848,7 @@ def _store_slab(loc, out, i0):
 
 @njit(**_LEAF)
 def _any_rows_f(agg, jc, kc, base, r2, sy, sz, m1, m2):
-    # _any_rows for squared lengths beyond the integer tables: the disc of the plane at
+    # _any_rows for squared lengths beyond exact integers (float64): the disc of the plane at
     # squared distance base from the centre.
     hk = half(base, r2, sz)
     if hk < 0:
@@ -869,8 +869,8 @@ def _any_rows_f(agg, jc, kc, base, r2, sy, sz, m1, m2):
 @njit(**_LEAF)
 def _paint_rows_f(asg, live, agg, full, loc, ia, ib, ic, j0, k0, r2, rank, sx, sy, sz, p0,
                   lo1, lo2, m1, m2):
-    # _paint_rows_int for squared lengths beyond the integer tables (half-widths by
-    # search, no disc skip).
+    # _paint_rows_int for squared lengths beyond exact integers (half-widths by search, no
+    # disc skip).
     tot = 0
     ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     jc = j0 - lo1
