@@ -199,8 +199,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     if small:
         r2i = r2s.astype(np.int64)
         # the tables indexed by squared length stop at INT_TABLE_MAX (and cover the balls
-        # of fewer than 32 planes); the kernels compute the values beyond them
-        dense = max(INT_TABLE_MAX, (32 * wi[0]) ** 2 + 1)
+        # whose masks fit one word); the kernels compute the values beyond them
+        dense = max(INT_TABLE_MAX, (k.ONE_WORD_EXT * wi[0]) ** 2 + 1)
         if r2i.max() < dense:
             # exact integers: ranks by counting instead of a sort
             present = np.zeros(int(r2i.max()) + 1, np.bool_)

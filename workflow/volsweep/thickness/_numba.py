@@ -1069,6 +1069,9 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
     return tot
 
 
+# Balls of half extent below this along axis 0 have all their planes' bits in one 64-bit
+# mask word (2 h + 1 <= 63); their masks come from tables (disc_thresholds, the mask LUT).
+ONE_WORD_EXT = 32
 # Balls of at least this half extent along axis 0 visit only the rows still unassigned
 # (the live rows are tracked only when some ball has TRACK_EXT or more: track).
 NODE_EXT = 16
@@ -1348,7 +1351,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
             hidden[m] = 1
             continue
         _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
-        if h < 32:
+        if h < ONE_WORD_EXT:
             mask = masks[moff[m]] | (_lut_mask(best, a, lut) if a < lut.shape[0]
                                       else _small_mask(best, th, r, h))
             masks[moff[m]] = mask
