@@ -237,8 +237,9 @@ def part_spacing(a, out, log):
             + (f", scale-invariance mismatches {r['scale_invariance_mismatches']}"
                if "scale_invariance_mismatches" in r else ""))
     for n in a.spacing_pores:
+        solid = pores(n)
         for sp in [(1, 1, 1), (0.65, 0.65, 2.0), (0.7, 1.3, 1.0)]:
-            r = run_case("pores", pores(n), a.device, a.repeat, spacing=sp)
+            r = run_case("pores", solid, a.device, a.repeat, spacing=sp)
             rows.append(r)
             log(f"pores {n}^3 spacing {sp}: median {r['median_s']:.4f} s")
     out["spacing"] = rows
