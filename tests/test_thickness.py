@@ -712,7 +712,7 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
         inside = np.empty(every.size, np.int64)
         CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, 0, 0, 0,
                                  *phase.shape, np.inf, TAB.far_min_r2(weights) / 4,
-                                 TAB.FAR_STEP, ridge, inside, 0, every.size)
+                                 TAB.FAR_STEP, ridge, TAB.cap_limit(weights), inside, 0, every.size)
         dropped.append(inside >= 0)
     assert dropped[1].sum() > 0.05 * every.size
     assert not (dropped[0] & ~dropped[1]).any()
@@ -746,11 +746,11 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_
     levlut = TAB.level_lut(levels, r2cap, weights)
     mask = np.empty(phase.shape, np.uint32)
     K.prune(d2, *w, 0.0, *lo, *hi, r2keep, levels, need, r2cap, levlut, np.inf, np.inf,
-            TAB.FAR_STEP, TAB.FAR_RIDGE, mask, 0, phase.shape[0])
+            TAB.FAR_STEP, TAB.FAR_RIDGE, TAB.cap_limit(weights), mask, 0, phase.shape[0])
     near = np.flatnonzero(mask.ravel())
     inside = np.empty(near.size, np.int64)
     K.prune_far(d2, near, *w, 0.0, *lo, *hi, r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP,
-                TAB.FAR_RIDGE, inside, 0, near.size)
+                TAB.FAR_RIDGE, TAB.cap_limit(weights), inside, 0, near.size)
     walked = near[inside < 0]
     assert np.isin(cand, walked).all()
     np.testing.assert_array_equal(bits, mask.ravel()[cand])
@@ -803,7 +803,8 @@ def test_far_pruning_drops_only_balls_inside_their_container(spacing):
     r2min = TAB.far_min_r2(weights)
     inside = np.empty(every.size, np.int64)
     CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, 0, 0, 0,
-                             *phase.shape, np.inf, r2min, TAB.FAR_STEP, TAB.FAR_RIDGE, inside, 0,
+                             *phase.shape, np.inf, r2min, TAB.FAR_STEP, TAB.FAR_RIDGE,
+                             TAB.cap_limit(weights), inside, 0,
                              every.size)
     dropped = np.flatnonzero(inside >= 0)
     assert dropped.size > 0.05 * every.size
@@ -918,7 +919,8 @@ def test_cap_containment_equals_a_brute_force(weights):
         g = np.stack(np.meshgrid(*[np.arange(-h, h + 1) for h in r], indexing="ij"), -1)
         o = g[((g * w) ** 2).sum(-1) < a]
         truth = bool((((o - v) * w) ** 2).sum(-1).max() < b)
-        got = NB._cap_holds(a, b, *(int(x) for x in v), *(float(x) for x in weights))
+        got = NB._cap_holds(a, b, *(int(x) for x in v), *(float(x) for x in weights),
+                            TAB.cap_bound(weights))
         assert not got or truth
         el = b - float(((v * w) ** 2).sum()) - (a - 1)
         continuous = el > 0 and el * el > 4 * float(((v * w) ** 2).sum()) * (a - 1)
@@ -926,3 +928,53 @@ def test_cap_containment_equals_a_brute_force(weights):
             found += got
             missed += not got
     assert found > 0 and found >= 3 * missed
+
+
+def _cap_box_points(a, b, v, weights):
+    # The number of lattice points in _cap_holds's box (None where it gives up on h0 < 0).
+    w = np.asarray(weights, float)
+    x = v * w
+    v2 = float((x * x).sum())
+    tmax = math.ceil((b - a + 1.0 - v2) * 0.5) - 1.0
+    r, vn = math.sqrt(a - 1.0), math.sqrt(v2)
+    h0 = (tmax + 1.0) / vn
+    if h0 < 0:
+        return None
+    rho = math.sqrt(max(2.0 * r * (r - h0), 0.0) + 1e-12 * r * r) + 1.0
+    f = -h0 / vn
+    lo = np.floor((f * x - rho) / w)
+    hi = np.ceil((f * x + rho) / w)
+    return float(np.prod(hi - lo + 1.0))
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (1, 1, 3), (13, 13, 40), (7, 13, 10)])
+def test_cap_test_gives_up_early_only_on_boxes_too_large(weights):
+    # The cap limit (_tables.cap_limit) lets _cap_holds give up without measuring the box:
+    # its answer is the same as without the limit, and the box it skips always holds more
+    # than CAP_MAX_POINTS points; it skips most of those.
+    rng = np.random.default_rng(11)
+    w = np.array(weights, float)
+    limit = TAB.cap_bound(weights)
+    early = too_large = 0
+    for _ in range(3000):
+        u = rng.integers(-40, 41, 3)
+        v = np.floor(rng.uniform(0.2, 1.5) * u + rng.uniform(-2, 2, 3) + 0.5).astype(np.int64)
+        if not v.any() or not u.any():
+            continue
+        a = float(((u * w) ** 2).sum())
+        b = float((((u + v) * w) ** 2).sum()) + float(rng.integers(-3, 4)) * w.min() ** 2
+        args = (a, b, *(int(x) for x in v), *(float(x) for x in weights))
+        assert NB._cap_holds(*args, limit) == NB._cap_holds(*args, np.inf)
+        points = _cap_box_points(a, b, v, weights)
+        if points is None:
+            continue
+        too_large += points > TAB.CAP_MAX_POINTS
+        x = v * w
+        v2 = float((x * x).sum())
+        t1 = math.ceil((b - a + 1.0 - v2) * 0.5)
+        e = 2.0 * (a - 1.0) - limit
+        if e > 0 and 4.0 * (a - 1.0) * t1 * t1 * (1.0 + 1e-9) < e * e * v2:
+            early += 1
+            assert points > TAB.CAP_MAX_POINTS, (a, b, v)
+    assert too_large > 200
+    assert early >= 0.5 * too_large

@@ -69,9 +69,9 @@ extern "C" void run_prune_far(unsigned grid, unsigned block, const double* d2, c
                               double sy, double sz, double eps, long long lo0, long long lo1,
                               long long lo2, long long hi0, long long hi1, long long hi2,
                               double r2keep, double r2min, double step, double ridge,
-                              unsigned char* keep)
+                              double cap, unsigned char* keep)
 { LAUNCH(lt_prune_far, d2, cand, ncand, n0, n1, n2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
-         r2keep, r2min, step, ridge, keep) }
+         r2keep, r2min, step, ridge, cap, keep) }
 extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand,
                                const long long* sel, long long nsel, const double* d2,
                                const unsigned int* rank, long long n1, long long n2,
@@ -129,7 +129,8 @@ def emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep):
     lib.run_prune_far((cand.size + 63) // 64, 64, _p(d2), _p(cand), L(cand.size),
                       *[L(v) for v in d2.shape], *[D(float(w)) for w in weights], D(0.0),
                       *[L(v) for v in box_lo], *[L(v) for v in box_hi], D(r2keep),
-                      D(TAB.far_min_r2(weights)), D(TAB.FAR_STEP), D(TAB.FAR_RIDGE), _p(keep))
+                      D(TAB.far_min_r2(weights)), D(TAB.FAR_STEP), D(TAB.FAR_RIDGE),
+                      D(TAB.cap_limit(weights)), _p(keep))
     return keep
 
 
@@ -270,8 +271,8 @@ def test_cuda_source_emulated_far_pruning_equals_the_cpu_kernel(emulated, spacin
     for lo, hi, r2keep in [((0, 0, 0), phase.shape, np.inf), ((5, 7, 3), (30, 20, 22), near)]:
         inside = np.empty(every.size, np.int64)
         CPU._kernels().prune_far(d2, every, *(float(w) for w in weights), 0.0, *lo, *hi,
-                                 r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP, TAB.FAR_RIDGE, inside, 0,
-                                 every.size)
+                                 r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP, TAB.FAR_RIDGE,
+                                 TAB.cap_limit(weights), inside, 0, every.size)
         keep = emulated_prune_far(emulated, d2, every, weights, lo, hi, r2keep)
         assert (inside >= 0).sum() > 0.01 * every.size
         np.testing.assert_array_equal(keep == 1, inside < 0)

@@ -23,7 +23,7 @@ import numpy as np
 from volsweep.backend import cpu_threads
 
 from . import _tables
-from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, diameter_lut,
+from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, cap_limit, diameter_lut,
                       disc_need_far, disc_need_table, far_min_r2, half_table, level_lut,
                       prune_table)
 
@@ -159,7 +159,7 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
          far_min_r2(weights), far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP,
-         FAR_RIDGE, mask)
+         FAR_RIDGE, cap_limit(weights), mask)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)

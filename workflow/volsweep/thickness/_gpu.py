@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_FAR_MIN_RADIUS, INT_TABLE_MAX,
-                      diameter_lut, disc_need_far, disc_need_table, far_min_r2, prune_table)
+                      cap_limit, diameter_lut, disc_need_far, disc_need_table, far_min_r2, prune_table)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -375,14 +375,21 @@ extern "C" __global__ void lt_prune(const double* __restrict__ d2, unsigned char
 /* Exactly whether every lattice offset o with |o|^2 < a has |o - v|^2 < b: the CPU's
    _cap_holds, step for step.  Only a cap of the ball on the side away from v can fail (t =
    -o.v > tmax); its lattice points are tested one by one, when its box holds at most
-   LT_CAP_MAX_POINTS (else false). */
+   LT_CAP_MAX_POINTS (else false).  Caps too deep for that are given up first, without a
+   square root: 2 r (r - h0) > cap (_tables.cap_limit) iff e = 2 (a - 1) - cap > 2 r h0. */
 __device__ bool lt_cap_holds(double a, double b, long long vi, long long vj, long long vk,
-                             double sx, double sy, double sz)
+                             double sx, double sy, double sz, double cap)
 {
     double x = __dmul_rn((double)vi, sx), y = __dmul_rn((double)vj, sy), z = __dmul_rn((double)vk, sz);
     double v2 = __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
     double tmax = __dadd_rn(ceil(__dmul_rn(__dadd_rn(__dadd_rn(__dadd_rn(b, -a), 1.0), -v2), 0.5)),
                             -1.0);
+    double t1 = __dadd_rn(tmax, 1.0);
+    if (t1 < 0.0) return false;
+    double am1 = __dadd_rn(a, -1.0);
+    double e = __dadd_rn(__dmul_rn(2.0, am1), -cap);
+    if (e > 0.0 && __dmul_rn(__dmul_rn(__dmul_rn(__dmul_rn(4.0, am1), t1), t1), 1.0 + 1e-9)
+                   < __dmul_rn(__dmul_rn(e, e), v2)) return false;
     double vn = sqrt(v2);
     double r = sqrt(__dadd_rn(a, -1.0));
     double h0 = __dadd_rn(tmax, 1.0) / vn;
@@ -414,14 +421,14 @@ __device__ bool lt_cap_holds(double a, double b, long long vi, long long vj, lon
    differences of D2 give p - s (s: the nearest background voxel), q = p + round(c u) for c
    from the farthest in-array point (c <= 2) shrinking by `step`; the ball is inside q's when
    el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1) (exact; D2(q) > a, so
-   q comes first in the order), or else by lt_cap_holds off the unit lattice.  Centres with
+   q comes first in the order), or else by lt_cap_holds (cap >= 0: off the unit lattice).  Centres with
    a < r2min are kept (prune decided them). */
 extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const long long* __restrict__ cand,
                                         long long ncand, long long n0, long long n1, long long n2,
                                         double sx, double sy, double sz, double eps,
                                         long long lo0, long long lo1, long long lo2,
                                         long long hi0, long long hi1, long long hi2, double r2keep,
-                                        double r2min, double step, double ridge,
+                                        double r2min, double step, double ridge, double cap,
                                         unsigned char* __restrict__ keep)
 {
     long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -465,9 +472,8 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
         double am1 = __dadd_rn(a, -1.0);
         double el = __dadd_rn(__dadd_rn(b, -v2), -am1);
         double rhs = __dmul_rn(__dmul_rn(__dmul_rn(4.0, v2), am1), __dadd_rn(1.0, eps));
-        bool unit = sx == 1.0 && sy == 1.0 && sz == 1.0;
         if (el > 0.0 && (__dmul_rn(el, el) > rhs
-                         || (!unit && lt_cap_holds(a, b, vi, vj, vk, sx, sy, sz)))) {
+                         || (cap >= 0.0 && lt_cap_holds(a, b, vi, vj, vk, sx, sy, sz, cap)))) {
             keep[m] = 0;
             return;
         }
@@ -674,7 +680,8 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
             d2, cand, np.int64(cand.size), np.int64(n0), np.int64(n1), np.int64(n2),
             np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
             *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
-            np.float64(r2min), np.float64(FAR_STEP), np.float64(FAR_RIDGE), outside))
+            np.float64(r2min), np.float64(FAR_STEP), np.float64(FAR_RIDGE),
+            np.float64(cap_limit(weights)), outside))
         cand = cand[outside.view(cp.bool_)]
     return cand, None
 

@@ -12,13 +12,20 @@ use).
 """
 
 import math
+import warnings
 
 import numpy as np
 from numba import njit, types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from ._tables import CAP_MAX_POINTS
+
+# numba's SSA check reports the inlined lookups' (_hw, _need, _need4) renamed locals as out of
+# scope, a pedantic note on code it compiles correctly; users would see it on the first call.
+warnings.filterwarnings("ignore", message=r"variable '_(hw|need4?)_[\w.]*' is not in scope",
+                        category=NumbaIRAssumptionWarning)
 
 _OPTS = dict(cache=True, nogil=True)
 # Helpers the painter calls per ball, row or word: compiled without numba's reference
@@ -273,7 +280,7 @@ def _gap(i, lo, hi):
 
 @njit(**_OPTS)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, r2min, r2first, step, ridge, out, i0, i1):
+          levlut, r2min, r2first, step, ridge, cap, out, i0, i1):
     # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
     # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
@@ -332,7 +339,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         if a >= r2first:
                             dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
                                                          lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                         r2min, step, ridge)
+                                                         r2min, step, ridge, cap)
                             if dropped:
                                 continue
                         # inside the array: all 26 without bounds tests or branches
@@ -350,14 +357,14 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         if r2min <= a < r2first:
                             dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
                                                          lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                         r2min, step, ridge)
+                                                         r2min, step, ridge, cap)
                             if dropped:
                                 continue
                         out[i, j, k] = up | np.uint32(1 << 31)
                         continue
                     if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2,
                                                     hi0, hi1, hi2, r2keep, r2min, step,
-                                                    ridge) >= 0:
+                                                    ridge, cap) >= 0:
                         continue
                     for di in range(-1, 2):
                         ii = i + di
@@ -457,7 +464,7 @@ def uphill_bits(d2, cand):
 
 @njit(**_OPTS)
 def far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min,
-                  step, ridge):
+                  step, ridge, cap):
     # The flat index of a centre q whose ball holds the whole ball of centre (i, j, k), -1
     # if none is found.  Where p and its six neighbours share their nearest background
     # voxel s, central differences of D2 give p - s exactly, and the balls along the ray
@@ -516,13 +523,14 @@ def far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2
         pj = vj
         pk = vk
         if _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2,
-                  r2keep):
+                  r2keep, cap):
             return ((i + vi) * n1 + (j + vj)) * n2 + (k + vk)
     return -1
 
 
 @njit(inline="always", **_OPTS)
-def _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep):
+def _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+           cap):
     # Whether the ball of q = (i, j, k) + (vi, vj, vk), a voxel of the array that prune may
     # keep (within r2keep of the box), holds the whole ball of (i, j, k) (D2 = a):
     # far_container's test.
@@ -549,25 +557,29 @@ def _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1,
         return False
     if el * el > 4.0 * v2 * (a - 1.0) * (1.0 + eps):
         return True
-    # on the unit lattice the cap finds few more containers than it costs (GPU)
-    unit = sx == 1.0 and sy == 1.0 and sz == 1.0
-    return not unit and _cap_holds(a, b, vi, vj, vk, sx, sy, sz)
+    return cap >= 0.0 and _cap_holds(a, b, vi, vj, vk, sx, sy, sz, cap)
 
 
 @njit(**_LEAF)
-def _cap_holds(a, b, vi, vj, vk, sx, sy, sz):
+def _cap_holds(a, b, vi, vj, vk, sx, sy, sz, cap):
     # Exactly whether every lattice offset o with |o|^2 < a has |o - v|^2 < b (False too
     # when the cap below has more than CAP_MAX_POINTS points in its box).  The continuous
     # test spends one squared unit of slack (|o|^2 <= a - 1), which an offset v off the ray
     # exceeds at lattice weights of tens (0.65 um by 2 um voxels); the lattice has far more.
     # With t = -o.v (integers), |o - v|^2 <= (a - 1) + 2 t + |v|^2, so only the offsets with
     # t > tmax, a cap of the ball on the side away from v, can fail: they are tested one by
-    # one.
+    # one.  Most caps are too deep for that: cap (_tables.cap_limit) gives them up first,
+    # without a square root: 2 r (r - h0) > cap iff e = 2 (a - 1) - cap > 2 r h0.
     x = vi * sx
     y = vj * sy
     z = vk * sz
     v2 = (x * x + y * y) + z * z
     tmax = math.ceil((b - a + 1.0 - v2) * 0.5) - 1.0  # 2 tmax < b - a + 1 - |v|^2
+    if tmax + 1.0 < 0.0:
+        return False
+    e = 2.0 * (a - 1.0) - cap
+    if e > 0.0 and 4.0 * (a - 1.0) * (tmax + 1.0) * (tmax + 1.0) * (1.0 + 1e-9) < e * e * v2:
+        return False
     vn = math.sqrt(v2)
     r = math.sqrt(a - 1.0)
     h0 = (tmax + 1.0) / vn  # the cap: o . (-v / |v|) >= h0
@@ -601,7 +613,7 @@ def _cap_holds(a, b, vi, vj, vk, sx, sy, sz):
 
 @njit(inline="always", **_OPTS)
 def _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                 r2min, step, ridge):
+                 r2min, step, ridge, cap):
     # Whether far pruning drops centre (i, j, k), and the next hint.  The hint is the
     # offset of the container found for an earlier centre of the row, (0, 0, 0) for none:
     # moved along with the centre, it often holds this ball too, and its voxels are in
@@ -609,10 +621,10 @@ def _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1,
     n0, n1, n2 = d2.shape
     vi, vj, vk = hint
     if (vi != 0 or vj != 0 or vk != 0) and _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps,
-                                                  lo0, lo1, lo2, hi0, hi1, hi2, r2keep):
+                                                  lo0, lo1, lo2, hi0, hi1, hi2, r2keep, cap):
         return True, hint
     q = far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                      r2min, step, ridge)
+                      r2min, step, ridge, cap)
     if q < 0:
         return False, (0, 0, 0)
     return True, (q // (n1 * n2) - i, (q // n2) % n1 - j, q % n2 - k)
@@ -620,14 +632,15 @@ def _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1,
 
 @njit(**_OPTS)
 def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step,
-              ridge, out, m0, m1):
+              ridge, cap, out, m0, m1):
     # far_container of the centres cand[m0:m1] (flat indices), into out[m0:m1]; prune
     # applies it itself, this serves the tests and the GPU's emulated kernel.
     n0, n1, n2 = d2.shape
     for m in range(m0, m1):
         p = cand[m]
         out[m] = far_container(d2, p // (n1 * n2), (p // n2) % n1, p % n2, sx, sy, sz, eps,
-                               lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step, ridge)
+                               lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step, ridge,
+                               cap)
     return out
 
 

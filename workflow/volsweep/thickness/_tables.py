@@ -44,6 +44,48 @@ FAR_RIDGE = 0.75
 CAP_MAX_POINTS = 256
 
 
+def cap_limit(weights) -> float:
+    """Squared radius beyond which a cap's bounding ball surely gives a box of more than
+    ``CAP_MAX_POINTS`` lattice points, so that far pruning's cap test gives up before it
+    measures the box; -1 on the unit lattice, where the cap test is not used (it finds few
+    more containers than it costs there).
+
+    The cap test's box has at least ``2 rho / w + 1`` points along an axis of weight ``w``
+    when its bounding ball has radius ``rho >= sqrt(q) + 1`` (``q``: the squared radius
+    before padding).  The limit is ``(rho* - 1)**2`` for the smallest ``rho*`` with
+    ``prod(2 rho* / w + 1/2) > CAP_MAX_POINTS``: half a point per axis spares rounding.
+
+    Examples
+    --------
+    >>> cap_limit((1, 1, 1))
+    -1.0
+    >>> round(cap_limit((13, 13, 40)))
+    2874
+    """
+    if tuple(weights) == (1, 1, 1):
+        return -1.0
+    return cap_bound(weights)
+
+
+def cap_bound(weights) -> float:
+    """:func:`cap_limit` without the unit lattice's exception."""
+    w = [float(v) for v in weights]
+
+    def points(rho):
+        return math.prod(2.0 * rho / v + 0.5 for v in w)
+
+    lo, hi = 0.0, 1.0
+    while points(hi) <= CAP_MAX_POINTS:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if points(mid) > CAP_MAX_POINTS:
+            hi = mid
+        else:
+            lo = mid
+    return max(hi - 1.0, 0.0) ** 2
+
+
 # On the CPU, centres of radius >= FAR_FIRST_RADIUS finest weights are walked before their 26
 # neighbours are read (in a solid with few pores most such walks find a container, and a
 # dropped centre then costs no neighbour loop); smaller ones after (on porous phases the
