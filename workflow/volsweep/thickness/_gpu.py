@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_FAR_MIN_RADIUS, INT_TABLE_MAX,
-                      cap_limit, diameter_lut, disc_need_far, disc_need_table, far_min_r2, prune_table)
+from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
+                      INT_TABLE_MAX, cap_limit, diameter_lut, disc_need_far, disc_need_table, far_min_r2, prune_table)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -681,7 +681,7 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
             np.float64(wx), np.float64(wy), np.float64(wz), np.float64(eps),
             *[np.int64(v) for v in box_lo], *[np.int64(v) for v in box_hi], np.float64(r2keep),
             np.float64(r2min), np.float64(FAR_STEP), np.float64(FAR_RIDGE),
-            np.float64(cap_limit(weights)), outside))
+            np.float64(cap_limit(weights, GPU_CAP_MIN_SLACK)), outside))
         cand = cand[outside.view(cp.bool_)]
     return cand, None
 
