@@ -932,19 +932,14 @@ def test_cap_containment_equals_a_brute_force(weights):
 
 def _cap_box_points(a, b, v, weights):
     # The number of lattice points in _cap_holds's box (None where it gives up on h0 < 0).
-    w = np.asarray(weights, float)
-    x = v * w
+    x = v * np.asarray(weights, float)
     v2 = float((x * x).sum())
     tmax = math.ceil((b - a + 1.0 - v2) * 0.5) - 1.0
-    r, vn = math.sqrt(a - 1.0), math.sqrt(v2)
-    h0 = (tmax + 1.0) / vn
-    if h0 < 0:
+    if tmax + 1.0 < 0:
         return None
-    rho = math.sqrt(max(2.0 * r * (r - h0), 0.0) + 1e-12 * r * r) + 1.0
-    f = -h0 / vn
-    lo = np.floor((f * x - rho) / w)
-    hi = np.ceil((f * x + rho) / w)
-    return float(np.prod(hi - lo + 1.0))
+    i0, i1, j0, j1, k0, k1 = NB._cap_box(a, tmax, *(float(c) for c in x), v2,
+                                         *(float(c) for c in weights))
+    return (i1 - i0 + 1.0) * (j1 - j0 + 1.0) * (k1 - k0 + 1.0)
 
 
 @pytest.mark.parametrize("weights", [(1, 1, 1), (1, 1, 3), (13, 13, 40), (7, 13, 10)])

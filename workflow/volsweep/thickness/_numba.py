@@ -580,21 +580,7 @@ def _cap_holds(a, b, vi, vj, vk, sx, sy, sz, cap):
     e = 2.0 * (a - 1.0) - cap
     if e > 0.0 and 4.0 * (a - 1.0) * (tmax + 1.0) * (tmax + 1.0) * (1.0 + 1e-9) < e * e * v2:
         return False
-    vn = math.sqrt(v2)
-    r = math.sqrt(a - 1.0)
-    h0 = (tmax + 1.0) / vn  # the cap: o . (-v / |v|) >= h0
-    if h0 < 0.0:
-        return False
-    # the cap lies in the ball of radius sqrt(2 r (r - h0)) about -h0 v / |v| (padded for
-    # rounding)
-    rho = math.sqrt(max(2.0 * r * (r - h0), 0.0) + 1e-12 * r * r) + 1.0
-    f = -h0 / vn
-    i0 = math.floor((f * x - rho) / sx)
-    i1 = math.ceil((f * x + rho) / sx)
-    j0 = math.floor((f * y - rho) / sy)
-    j1 = math.ceil((f * y + rho) / sy)
-    k0 = math.floor((f * z - rho) / sz)
-    k1 = math.ceil((f * z + rho) / sz)
+    i0, i1, j0, j1, k0, k1 = _cap_box(a, tmax, x, y, z, v2, sx, sy, sz)
     if (i1 - i0 + 1.0) * (j1 - j0 + 1.0) * (k1 - k0 + 1.0) > CAP_MAX_POINTS:
         return False
     for oi in range(int(i0), int(i1) + 1):
@@ -609,6 +595,22 @@ def _cap_holds(a, b, vi, vj, vk, sx, sy, sz, cap):
                 if (ox * ox + oy * oy) + oz * oz < a and (dx * dx + dy * dy) + dz * dz >= b:
                     return False
     return True
+
+
+@njit(**_LEAF)
+def _cap_box(a, tmax, x, y, z, v2, sx, sy, sz):
+    # The lattice box (i0, i1, j0, j1, k0, k1) of _cap_holds's cap o . (-v / |v|) >= h0,
+    # h0 = (tmax + 1) / |v| >= 0, of the ball |o|^2 <= a - 1; v = (x, y, z) in lengths.
+    vn = math.sqrt(v2)
+    r = math.sqrt(a - 1.0)
+    h0 = (tmax + 1.0) / vn
+    # the cap lies in the ball of radius sqrt(2 r (r - h0)) about -h0 v / |v| (padded for
+    # rounding)
+    rho = math.sqrt(max(2.0 * r * (r - h0), 0.0) + 1e-12 * r * r) + 1.0
+    f = -h0 / vn
+    return (math.floor((f * x - rho) / sx), math.ceil((f * x + rho) / sx),
+            math.floor((f * y - rho) / sy), math.ceil((f * y + rho) / sy),
+            math.floor((f * z - rho) / sz), math.ceil((f * z + rho) / sz))
 
 
 @njit(inline="always", **_OPTS)
