@@ -37,7 +37,8 @@ import math
 import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
-                      INT_TABLE_MAX, cap_limit, diameter_lut, disc_need_far, disc_need_table, far_min_r2, prune_table)
+                      INT_TABLE_MAX, cap_limit, diameter_lut, disc_need_far, disc_need_table,
+                      far_min_r2, prune_table)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -421,8 +422,9 @@ __device__ bool lt_cap_holds(double a, double b, long long vi, long long vj, lon
    differences of D2 give p - s (s: the nearest background voxel), q = p + round(c u) for c
    from the farthest in-array point (c <= 2) shrinking by `step`; the ball is inside q's when
    el = D2(q) - |q - p|^2 - (a - 1) > 0 and el^2 > 4 |q - p|^2 (a - 1) (exact; D2(q) > a, so
-   q comes first in the order), or else by lt_cap_holds (cap >= 0: off the unit lattice).  Centres with
-   a < r2min are kept (prune decided them). */
+   q comes first in the order), or else by lt_cap_holds where cap >= 0 (_tables.cap_limit with
+   GPU_CAP_MIN_SLACK: lattices whose squared half-diagonal exceeds it).  Centres with a < r2min
+   are kept (prune decided them). */
 extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const long long* __restrict__ cand,
                                         long long ncand, long long n0, long long n1, long long n2,
                                         double sx, double sy, double sz, double eps,
