@@ -973,3 +973,33 @@ def test_cap_test_gives_up_early_only_on_boxes_too_large(weights):
             assert points > TAB.CAP_MAX_POINTS, (a, b, v)
     assert too_large > 200
     assert early >= 0.5 * too_large
+
+
+def test_memory_estimate_counts_the_disc_needs_past_the_tables(monkeypatch):
+    # A ball past the integer tables (squared lattice radius >= 2**20) makes the painter
+    # build disc_need_far; the bound counts it from the shape and the spacing alone.
+    import tracemalloc
+
+    shape, spacing = (9, 11, 120), (1, 1, 10)
+    weights, _ = TAB.lattice(spacing)
+    phase = np.ones(shape, bool)
+    phase[4, 5, 0] = False  # balls reach (119 * 10)**2 > 2**20
+    built = []
+
+    def recorded(r2max, wy, wz):
+        tracemalloc.start()
+        far = TAB.disc_need_far(r2max, wy, wz)
+        built.append((far.shape[1], tracemalloc.get_traced_memory()[1]))
+        tracemalloc.stop()
+        return far
+
+    monkeypatch.setattr(CPU, "disc_need_far", recorded)
+    np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
+                                  oracle_local_thickness(phase, spacing))
+    assert built, "the case must reach past the tables"
+    columns = TAB.far_columns(shape, weights)
+    for n, peak in built:
+        assert n <= columns and peak <= CPU._FAR_COLUMN_BYTES * columns
+    extra = T.thickness_memory_bytes(shape, spacing=spacing) - T.thickness_memory_bytes(shape)
+    assert extra == CPU._FAR_COLUMN_BYTES * columns > 0
+    assert TAB.far_columns((64, 64, 64), (1, 1, 1)) == 0

@@ -68,7 +68,7 @@ def sweep_threads(wildcards):
 
 
 def thickness_chunk(vol):
-    return jobs.thickness_plan(SHAPES[vol], config)
+    return jobs.thickness_plan(SHAPES[vol], VOLUMES[vol]["spacing"], config)
 
 
 # A truncated or corrupt intermediate (a killed copy, a full disk) is removed here, so

@@ -154,15 +154,15 @@ def estimate_volume(name: str, shape, spacing, config: dict) -> VolumeEstimate:
         from volsweep.thickness import thickness_memory_bytes
 
         try:
-            chunk = thickness_plan(shape, config)
+            chunk = thickness_plan(shape, spacing, config)
         except MemoryError:
             chunk = tuple(config["storage"]["shards"])
         if chunk is None:
-            est.thickness_jobs, est.thickness_memory = 1, thickness_memory_bytes(shape)
+            est.thickness_jobs, est.thickness_memory = 1, thickness_memory_bytes(shape, spacing=spacing)
         else:
             est.thickness_jobs = math.prod(-(-n // c) for n, c in zip(shape, chunk))
             block = [min(n, 2 * c) for n, c in zip(shape, chunk)]
-            est.thickness_memory = thickness_memory_bytes(block)
+            est.thickness_memory = thickness_memory_bytes(block, spacing=spacing)
     return est
 
 

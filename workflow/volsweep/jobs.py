@@ -10,6 +10,7 @@ here opens a file or imports CuPy, so the workflow's parse stays cheap.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -147,18 +148,18 @@ def sweep_plan(shape, spacing, config: dict, *, gpu: bool, threads: int = CPU_RE
                         min_jobs=sw["min_jobs"], block_size=sw["block_size"])
 
 
-def thickness_plan(shape, config: dict):
+def thickness_plan(shape, spacing, config: dict):
     """None: one thickness job for the whole volume; else the chunk jobs' core shape.
 
     Uses ``thickness.chunk`` when it is a shape; for ``auto``, the budget
     ``host_memory_mb`` (default :data:`HOST_MEMORY_SHARE` of this
-    machine's memory) against the call's memory model.
+    machine's memory) against the call's memory model at this ``spacing``.
 
     Examples
     --------
     >>> cfg = {"thickness": {"chunk": "auto"}, "host_memory_mb": 1024,
     ...        "storage": {"shards": [32, 32, 32]}}
-    >>> thickness_plan((64, 56, 48), cfg) is None
+    >>> thickness_plan((64, 56, 48), (1, 1, 1), cfg) is None
     True
     """
     from volsweep.thickness import thickness_memory_bytes
@@ -169,4 +170,4 @@ def thickness_plan(shape, config: dict):
     budget = config["host_memory_mb"] * 2**20 if config.get("host_memory_mb") else HOST_MEMORY_SHARE * host_memory_bytes()
     return thickness_chunk_shape(tuple(shape), budget_bytes=budget,
                                  aligned_to=config["storage"]["shards"],
-                                 memory_bytes=thickness_memory_bytes)
+                                 memory_bytes=functools.partial(thickness_memory_bytes, spacing=spacing))

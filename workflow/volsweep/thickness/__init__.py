@@ -279,25 +279,32 @@ def thickness_halo(r_max: float, spacing=(1, 1, 1)) -> tuple[int, int, int]:
     return tuple(2 * math.ceil(r / s) + 1 for s in spacing)
 
 
-def thickness_memory_bytes(shape, *, device="cpu") -> int:
+def thickness_memory_bytes(shape, *, spacing=(1, 1, 1), device="cpu") -> int:
     """Upper bound of the peak memory, in bytes, of one ``local_thickness`` call.
 
-    For a ``shape`` array (whole volume, or a chunk's block with its halo) on
-    ``device`` ("cpu": host memory of the work arrays, the input and the result
-    included; "cuda": device memory, the input uploaded by the call included).
-    It assumes every voxel survives pruning, so it holds for any phase; typical
-    phases use 50-70% of it.  Compare it with a memory budget to choose between
+    For a ``shape`` array (whole volume, or a chunk's block with its halo) at
+    ``spacing`` on ``device`` ("cpu": host memory of the work arrays, the input and
+    the result included; "cuda": device memory, the input uploaded by the call
+    included).  It assumes every voxel survives pruning, so it holds for any phase;
+    typical phases use 50-70% of it.  The spacing matters where its lattice weights are
+    large (0.65 by 2 um voxels: weights 13 and 40): balls past the integer tables then
+    need a table of disc offsets.  Compare it with a memory budget to choose between
     one whole-volume call and chunks (``local_thickness_core``).
 
     Examples
     --------
     >>> thickness_memory_bytes((100, 100, 100), device="cpu") > 0
     True
+    >>> (thickness_memory_bytes((100, 100, 1000), spacing=(1, 1, 10))
+    ...  > thickness_memory_bytes((100, 100, 1000)))
+    True
     """
     n = math.prod(int(v) for v in shape)
     if n < 0 or len(tuple(shape)) != 3:
         raise ValueError(f"shape must be 3 non-negative extents, got shape={shape!r}")
-    return _backend("cuda" if device == "cuda" else "cpu").memory_bytes(tuple(int(v) for v in shape))
+    shape = tuple(int(v) for v in shape)
+    weights, _ = _lattice(_check_spacing(spacing), shape)
+    return _backend("cuda" if device == "cuda" else "cpu").memory_bytes(shape, weights)
 
 
 def local_thickness_core(block, core_in_block, r_max, *, spacing=(1, 1, 1), device="auto"):

@@ -24,7 +24,7 @@ from volsweep.backend import cpu_threads
 
 from . import _tables
 from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, cap_limit, diameter_lut,
-                      disc_need_far, disc_need_table, far_min_r2, half_table, level_lut,
+                      disc_need_far, disc_need_table, far_columns, far_min_r2, half_table, level_lut,
                       prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
@@ -383,14 +383,15 @@ def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndar
     return out
 
 
-def memory_bytes(shape) -> int:
+def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     """Peak host memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the bool input, two float64
     distance passes, the uint32 prune mask and rank map, the float32 result and the
-    kept centres' arrays (every voxel kept), plus the tables (bounded by their caps)."""
+    kept centres' arrays (every voxel kept), plus the tables (bounded by their caps) and
+    the disc needs past them (``_tables.far_columns`` of the lattice ``weights``)."""
     n = math.prod(shape)
     per_voxel = 1 + 8 + 8 + 4 + 4 + 4 + _PER_CENTRE
-    return int(n * per_voxel + _TABLE_BYTES)
+    return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights))
 
 
 # Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2 (int64);
@@ -399,3 +400,6 @@ _PER_CENTRE = 8 * 6 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
 # half-width tables, int64; the pruning table (level lookup and offsets); the disc masks.
 _TABLE_BYTES = 8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40 + MASK_LUT_BYTES
+# Building disc_need_far: its 6 int64 rows and the quarter disc's sorts (12 rows at the peak,
+# one more for the arrays' headers and small temporaries).
+_FAR_COLUMN_BYTES = 8 * 13

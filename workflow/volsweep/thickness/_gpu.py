@@ -38,7 +38,7 @@ import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
                       INT_TABLE_MAX, cap_limit, diameter_lut, disc_need_far, disc_need_table,
-                      far_min_r2, prune_table)
+                      far_columns, far_min_r2, prune_table)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -785,7 +785,7 @@ def finish(ranks, values, scale=1.0):
     return diameter_lut(values, scale, xp=cp)[ranks]
 
 
-def memory_bytes(shape) -> int:
+def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     """Peak device memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the uploaded input (uint8), the two
     float64 distance passes and the lower envelope's two int32 scratch arrays, the uint8
@@ -793,7 +793,8 @@ def memory_bytes(shape) -> int:
     ``searchsorted``, rank; every voxel kept) and, while painting, the sparse table of
     ``_levels(m2)`` uint32 volumes and the rank map; the float32 result after it.  Plus one
     batch of ``MASK_BATCH`` centres' disc masks (a word per 64 planes of axis 0), word
-    counts and offsets, visible flags and the painted list."""
+    counts and offsets, visible flags and the painted list; and the disc needs past the
+    integer tables (``_tables.far_columns`` of the lattice ``weights``, float64 rows)."""
     n = math.prod(shape)
     edt = 1 + 8 + 8 + 4 + 4                # input, two passes, envelope scratch
     # input, D2, mask, flatnonzero (index + scan); then far pruning's flags and its copy
@@ -802,7 +803,8 @@ def memory_bytes(shape) -> int:
     finish = 1 + 8 + 4 + 4                 # D2 still held, ranks, result
     words = (int(shape[0]) + 63) // 64
     batch = min(n, MASK_BATCH) * (8 * words + 8 + 8 + 1 + 8 + 8)
-    return int(n * max(edt, prune, paint, finish) + batch + _TABLE_BYTES)
+    far = 8 * 6 * far_columns(shape, weights)
+    return int(n * max(edt, prune, paint, finish) + batch + far + _TABLE_BYTES)
 
 
 # Pruning tables on the device: levels and 7 rows of thresholds (float64), at most

@@ -312,6 +312,26 @@ def disc_need_far(r2max: int, wy: int, wz: int) -> np.ndarray:
     return np.concatenate([pm, norm[None]])
 
 
+def far_columns(shape, weights) -> int:
+    """Columns of the ``disc_need_far`` that a call on a ``shape`` block may build, for
+    any phase (0 when every squared radius it can meet is within the integer tables).
+
+    The largest squared distance between two voxels of the block bounds the squared
+    radius; ``_quarter_disc`` holds one column per offset of its bounding rectangle.
+
+    Examples
+    --------
+    >>> far_columns((64, 64, 64), (1, 1, 1))
+    0
+    >>> far_columns((64, 64, 64), (13, 13, 40)) > 0
+    True
+    """
+    r2 = sum(((int(n) - 1) * int(w)) ** 2 for n, w in zip(shape, weights))
+    if r2 < INT_TABLE_MAX:
+        return 0
+    return (math.isqrt(r2) // int(weights[1]) + 2) * (math.isqrt(r2) // int(weights[2]) + 2)
+
+
 def half_table(r2max: int, w: int) -> np.ndarray:
     """hw[B] = the largest h >= 0 with (h*w)^2 < B for 1 <= B <= r2max, hw[0] = -1 (int64)."""
     b = np.arange(r2max + 1, dtype=np.int64)
