@@ -303,7 +303,7 @@ def thickness_memory_bytes(shape, *, spacing=(1, 1, 1), device="cpu") -> int:
     if n < 0 or len(tuple(shape)) != 3:
         raise ValueError(f"shape must be 3 non-negative extents, got shape={shape!r}")
     shape = tuple(int(v) for v in shape)
-    weights, _ = _lattice(_check_spacing(spacing), shape)
+    weights, _ = tables.lattice(_check_spacing(spacing))  # the call itself checks exactness
     return _backend("cuda" if device == "cuda" else "cpu").memory_bytes(shape, weights)
 
 
