@@ -1007,3 +1007,32 @@ def test_memory_estimate_counts_the_disc_needs_past_the_tables(monkeypatch):
            - T.thickness_memory_bytes(shape, device="cuda"))
     assert gpu == 6 * 8 * columns
     assert TAB.far_columns((64, 64, 64), (1, 1, 1)) == 0
+
+
+@pytest.mark.parametrize("spacing", [(2.79, 2.39, 2.39), (4.0, 0.1, 0.1)])
+def test_large_lattice_weights_keep_tables_within_the_memory_bound(spacing):
+    # Three-digit spacings give lattice weights in the hundreds (2.79 and 2.39 um: 279 and
+    # 239), where even small balls pass the integer tables: the tables stay at their cap
+    # and the call within thickness_memory_bytes, and the result stays exact.
+    import tracemalloc
+
+    shape = (12, 17, 19)
+    phase = solid_with_pores(shape, 2, seed=5) & blobs(shape, porosity=0.9, seed=5)
+    ref = oracle_local_thickness(phase, spacing)
+    tracemalloc.start()
+    got = T.local_thickness(phase, spacing=spacing)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_array_equal(got, ref)
+    assert peak <= T.thickness_memory_bytes(shape, spacing=spacing)
+
+
+@pytest.mark.parametrize("cap", [0, 3])
+def test_balls_past_the_disc_thresholds_stay_exact(monkeypatch, cap):
+    # Balls whose squared radius has no row of disc thresholds (TH_MAX_VALUES) take the
+    # masks' plane-by-plane test and the ordered painter instead of the max painter.
+    monkeypatch.setattr(CPU, "TH_MAX_VALUES", cap)
+    for spacing in [(1, 1, 1), (0.65, 0.65, 2.0)]:
+        phase = blobs((21, 17, 19), sigma=2.5, seed=13)
+        np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
+                                      oracle_local_thickness(phase, spacing))

@@ -198,9 +198,9 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     small = cand.size and r2s.max() < EXACT_LIMIT
     if small:
         r2i = r2s.astype(np.int64)
-        # the tables indexed by squared length stop at INT_TABLE_MAX (and cover the balls
-        # whose masks fit one word); the kernels compute the values beyond them
-        dense = max(INT_TABLE_MAX, (k.ONE_WORD_EXT * wi[0]) ** 2 + 1)
+        # the tables indexed by squared length stop at INT_TABLE_MAX; the kernels compute
+        # the values beyond them (large lattice weights put even small balls there)
+        dense = INT_TABLE_MAX
         if r2i.max() < dense:
             # exact integers: ranks by counting instead of a sort
             present = np.zeros(int(r2i.max()) + 1, np.bool_)
@@ -238,10 +238,13 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     if uphill is None:
         uphill = k.uphill_bits(d2, cand)
     vals = values.astype(np.int64)
-    nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))  # < 32 slices
+    # the thresholds of the balls of < 32 slices within the tables (at most TH_MAX_VALUES)
+    nsmall = int(np.searchsorted(vals, min((32 * wi[0]) ** 2, tab), side="right"))
+    nsmall = min(nsmall, TH_MAX_VALUES)
     th = disc_thresholds(vals[:nsmall], need2, wi[0])
-    # small balls are max-painted in memory order, the others in painting order
-    r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, (32 * wi[0]) ** 2)
+    # small balls (with thresholds) are max-painted in memory order, the others in
+    # painting order
+    r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, int(vals[nsmall - 1]) + 1 if nsmall else 0)
     if rmax >= r2lim:
         big = r2i >= r2lim
         everything = bool(big.all())
@@ -331,6 +334,9 @@ def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int) -> np.ndarray:
 
 # Bytes of the disc-mask table (disc_mask_lut): it stays in a core's L2 cache.
 MASK_LUT_BYTES = 512 * 1024
+# Distinct squared radii with disc thresholds (disc_thresholds: 6 KiB each); balls past
+# them take the masks' plane-by-plane test and the ordered painter.
+TH_MAX_VALUES = 4096
 
 
 @functools.lru_cache(maxsize=16)
@@ -398,8 +404,10 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
 # rank, uphill bits, slab-list entry and extent; disc-skip mask (uint64).
 _PER_CENTRE = 8 * 6 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
-# half-width tables, int64; the pruning table (level lookup and offsets); the disc masks.
-_TABLE_BYTES = 8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40 + MASK_LUT_BYTES
+# half-width tables, int64; the pruning table (level lookup and offsets); the disc masks;
+# the disc thresholds.
+_TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40 + MASK_LUT_BYTES
+                + 8 * 12 * 64 * TH_MAX_VALUES)
 # Building disc_need_far: its 6 int64 rows and the quarter disc's sorts (12 rows at the peak,
 # one more for the arrays' headers and small temporaries).
 _FAR_COLUMN_BYTES = 8 * 13

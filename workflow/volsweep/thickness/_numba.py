@@ -1380,7 +1380,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
             hidden[m] = 1
             continue
         _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
-        if h < ONE_WORD_EXT:
+        if h < ONE_WORD_EXT and (a < lut.shape[0] or r < th.shape[0]):
             mask = masks[moff[m]] | (_lut_mask(best, a, lut) if a < lut.shape[0]
                                       else _small_mask(best, th, r, h))
             masks[moff[m]] = mask
