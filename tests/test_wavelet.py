@@ -81,5 +81,7 @@ def test_bad_parameters():
         wv.check_spacing((1, 0, 1))
     with pytest.raises(TypeError, match="spacing"):
         wv.check_spacing(1.0)
+    with pytest.raises(TypeError, match="spacing='abc'"):
+        wv.check_spacing("abc")
     with pytest.raises(ValueError, match="xi"):
         wv.check_positive("xi", [1.0, 0.0])

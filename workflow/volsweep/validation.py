@@ -31,7 +31,7 @@ def check_spacing(spacing) -> tuple[float, float, float]:
     """
     try:
         sp = tuple(float(s) for s in spacing)
-    except TypeError:
+    except (TypeError, ValueError):  # not iterable, or items that are not numbers ("abc")
         raise TypeError(f"spacing must be a sequence of 3 numbers, got spacing={spacing!r}") from None
     if len(sp) != 3 or not all(math.isfinite(s) and s > 0 for s in sp):
         raise ValueError(f"spacing must be 3 finite numbers > 0, got spacing={tuple(spacing)!r}")
