@@ -864,24 +864,76 @@ def test_disc_need_beyond_the_tables_equals_the_table(weights):
         np.testing.assert_array_equal(far[t, c], table[t, rho])
 
 
+@pytest.mark.parametrize("weights, extent", [((1, 1, 1), (4, 9)), ((13, 13, 40), (7, 5)),
+                                             ((7, 13, 10), (30, 2))])
+def test_disc_need_far_clipped_to_the_array_is_the_clipped_discs_need(weights, extent):
+    # Offsets past the array's lengths along axes 1 and 2 reach no voxel: the clipped
+    # table's need is the largest shifted length over the disc's offsets inside them.
+    wy, wz = weights[1:]
+    r2max = 60 * max(weights) ** 2
+    far = TAB.disc_need_far(r2max, wy, wz, extent)
+    assert far.shape[1] <= extent[0] * extent[1]
+    a, b = np.meshgrid(np.arange(extent[0]), np.arange(extent[1]), indexing="ij")
+    norm = (a * wy) ** 2 + (b * wz) ** 2
+    rho = np.arange(1, r2max + 1, 7)
+    c = np.searchsorted(far[5], rho) - 1
+    for ey in (0, 1):
+        for ek in (0, 1):
+            shifted = ((a + ey) * wy) ** 2 + ((b + ek) * wz) ** 2
+            brute = [shifted[norm < r].max() for r in rho]
+            np.testing.assert_array_equal(far[ey * 3 + ek, c], brute)
+
+
+def test_thin_blocks_past_the_tables_build_a_clipped_disc_table(monkeypatch):
+    # A block thin along axes 1 and 2 holds balls far past the tables along axis 0 (spacing
+    # (10, 1, 1)): the disc table keeps the offsets inside the block only, and stays exact.
+    shape, spacing = (140, 6, 5), (10, 1, 1)
+    phase = np.ones(shape, bool)
+    phase[0, 2, 3] = False  # balls reach (139 * 10)**2 > 2**20
+    built = []
+
+    def recorded(r2max, wy, wz, extent):
+        far = TAB.disc_need_far(r2max, wy, wz, extent)
+        built.append((far.shape[1], TAB.disc_need_far(r2max, wy, wz).shape[1]))
+        return far
+
+    monkeypatch.setattr(CPU, "disc_need_far", recorded)
+    np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
+                                  oracle_local_thickness(phase, spacing))
+    assert built, "the case must reach past the tables"
+    (clipped, whole), = built
+    assert clipped <= 6 * 5 < whole
+    weights, _ = TAB.lattice(spacing)
+    assert TAB.far_columns(shape, weights) == 6 * 5
+    assert TAB.far_columns((100, 100, 1000), (1, 1, 10)) == 100 * 1000
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])
 def test_masks_beyond_the_integer_tables_equal_the_tables_masks(spacing, monkeypatch):
     # Past INT_TABLE_MAX the disc masks take their needs from disc_need_far and the
-    # half-widths from sqrt: the masks, hidden balls and ranks are those of the tables.
+    # half-widths from sqrt: unclipped, the masks, hidden balls and ranks are those of the
+    # tables; clipped to the array, a disc whose part inside it is covered is hidden too.
     phase = np.ones((62, 13, 11), bool)
     phase[0, 0, 0] = phase[3, 9, 7] = False  # radii up to about 60 voxels
     weights, d2, cand, up = _centres(phase, spacing)
     lo, hi = (0, 0, 0), phase.shape
     ref = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
     ranks = CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0].copy()
-    with monkeypatch.context() as m:
-        m.setattr(CPU, "INT_TABLE_MAX", 1)
-        assert d2[np.isfinite(d2)].max() > (32 * weights[0]) ** 2  # past the tables
-        got = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
-        np.testing.assert_array_equal(CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0], ranks)
-    for a, b in zip(ref, got):
+    got = {}
+    for clip in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(CPU, "INT_TABLE_MAX", 1)
+            if not clip:
+                m.setattr(CPU, "disc_need_far", lambda r2, wy, wz, extent: TAB.disc_need_far(r2, wy, wz))
+            assert d2[np.isfinite(d2)].max() > (32 * weights[0]) ** 2  # past the tables
+            got[clip] = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
+            np.testing.assert_array_equal(CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0], ranks)
+    for a, b in zip(ref, got[False]):
         np.testing.assert_array_equal(a, b)
     assert ref[4].any() and not ref[4].all()
+    masks, clipped = ref[3], got[True][3]
+    np.testing.assert_array_equal(masks & ~clipped, 0)  # hidden discs: a superset
+    assert (clipped != masks).any()
 
 
 @pytest.mark.parametrize("w", [1, 7, 40])
@@ -986,9 +1038,9 @@ def test_memory_estimate_counts_the_disc_needs_past_the_tables(monkeypatch):
     phase[4, 5, 0] = False  # balls reach (119 * 10)**2 > 2**20
     built = []
 
-    def recorded(r2max, wy, wz):
+    def recorded(r2max, wy, wz, extent):
         tracemalloc.start()
-        far = TAB.disc_need_far(r2max, wy, wz)
+        far = TAB.disc_need_far(r2max, wy, wz, extent)
         built.append((far.shape[1], tracemalloc.get_traced_memory()[1]))
         tracemalloc.stop()
         return far

@@ -134,10 +134,11 @@ def emulated_prune_far(lib, d2, cand, weights, box_lo, box_hi, r2keep):
     return keep
 
 
-def emulated_disc_masks(lib, d2, cand, weights, box_lo, box_hi, r2max, table_max=None):
+def emulated_disc_masks(lib, d2, cand, weights, box_lo, box_hi, r2max, table_max=None,
+                        clip=True):
     """lt_disc_masks of the centres ``cand`` as the GPU module runs it: (moff, masks,
     visible).  The disc table stops at ``table_max`` (``INT_TABLE_MAX``) and past it the
-    needs come from ``disc_need_far``."""
+    needs come from ``disc_need_far`` (clipped to the array unless ``clip`` is False)."""
     L, D = ctypes.c_longlong, ctypes.c_double
     n0, n1, n2 = d2.shape
     g = lambda m, bs=64: (m + bs - 1) // bs  # noqa: E731
@@ -145,7 +146,9 @@ def emulated_disc_masks(lib, d2, cand, weights, box_lo, box_hi, r2max, table_max
     need2 = np.ascontiguousarray(TAB.disc_need_table(tab, weights[1], weights[2]), np.float64)
     far = np.zeros((6, 1))
     if r2max > tab:
-        far = np.ascontiguousarray(TAB.disc_need_far(r2max, weights[1], weights[2]), np.float64)
+        extent = (n1, n2) if clip else None
+        far = np.ascontiguousarray(TAB.disc_need_far(r2max, weights[1], weights[2], extent),
+                                   np.float64)
     nw = np.empty(cand.size, np.int64)
     lib.run_plane_words(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n1), L(n2),
                         D(float(weights[0])), L(box_lo[0]), L(box_hi[0]), _p(nw))
@@ -332,6 +335,27 @@ def test_gpu_equals_cpu_and_oracle(spacing):
 
 
 @pytest.mark.gpu
+def test_gpu_thin_block_past_the_tables_clips_the_disc_table(monkeypatch):
+    # The module builds the disc table past the integer tables clipped to the block.
+    import cupy as cp
+
+    from volsweep.thickness import _gpu as G
+
+    phase = np.ones((140, 6, 5), bool)
+    phase[0, 2, 3] = False  # balls reach (139 * 10)**2 > 2**20
+    built = []
+
+    def recorded(r2max, wy, wz, extent):
+        built.append(TAB.disc_need_far(r2max, wy, wz, extent).shape[1])
+        return TAB.disc_need_far(r2max, wy, wz, extent)
+
+    monkeypatch.setattr(G, "disc_need_far", recorded)
+    got = T.local_thickness(cp.asarray(phase), spacing=(10, 1, 1)).get()
+    np.testing.assert_array_equal(got, oracle_local_thickness(phase, (10, 1, 1)))
+    assert built and built[0] <= 6 * 5
+
+
+@pytest.mark.gpu
 def test_gpu_reproducer_and_exact_scale_invariance():
     import cupy as cp
 
@@ -437,7 +461,8 @@ def test_device_out_of_memory_falls_back_to_the_cpu():
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (0.7, 1.3, 1.0)])
 def test_cuda_source_emulated_masks_past_the_table_equal_the_tables(emulated, spacing):
     # With the disc table cut short, the masks from disc_need_far past its end are the
-    # full table's, bit for bit, and they hide discs there.
+    # full table's, bit for bit, and they hide discs there; clipped to the array, they hide
+    # those discs and more (the parts outside the array need no cover).
     from volsweep.thickness import _cpu as CPU
 
     phase = solid_with_pores((23, 19, 29), 2, 3)
@@ -447,7 +472,21 @@ def test_cuda_source_emulated_masks_past_the_table_equal_the_tables(emulated, sp
     r2max = int(d2.ravel()[cand].max())
     lo, hi = (2, 0, 0), (20, 19, 29)
     full = emulated_disc_masks(emulated, d2, cand, weights, lo, hi, r2max)
-    short = emulated_disc_masks(emulated, d2, cand, weights, lo, hi, r2max, table_max=r2max // 8)
+    short = emulated_disc_masks(emulated, d2, cand, weights, lo, hi, r2max, table_max=r2max // 8,
+                                clip=False)
     for a, b in zip(full, short):
         np.testing.assert_array_equal(a, b)
     assert 0 < full[2].sum() < cand.size
+    _, clipped, visible = emulated_disc_masks(emulated, d2, cand, weights, lo, hi, r2max,
+                                              table_max=r2max // 8)
+    np.testing.assert_array_equal(full[1] & ~clipped, 0)
+    assert np.all(visible <= full[2])
+
+
+def test_cuda_source_emulated_thin_block_past_the_tables(emulated):
+    # A block thin along axes 1 and 2 whose balls pass the integer tables along axis 0: the
+    # masks' needs come from the disc table clipped to the block, and the result is exact.
+    phase = np.ones((140, 6, 5), bool)
+    phase[0, 2, 3] = False  # balls reach (139 * 10)**2 > 2**20
+    _, lt = emulated_thickness(emulated, phase, (10, 1, 1))
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, (10, 1, 1)))

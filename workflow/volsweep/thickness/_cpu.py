@@ -280,7 +280,7 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
         cj, ck = np.divmod(rem, n2)
         ranks = (np.searchsorted(vals, r2i) + 1).astype(np.uint32)
         ext = _half_extent(r2i.astype(np.float64), wi[0])
-        far = disc_need_far(rmax, wi[1], wi[2])
+        far = disc_need_far(rmax, wi[1], wi[2], (n1, n2))
     # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
     # balls whose every disc is (not painted at all)
     moff = np.zeros(cand.size + 1, np.int64)

@@ -743,7 +743,8 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
     tab = min(int(r2max), INT_TABLE_MAX - 1)  # the table's last squared length
     need2 = cp.asarray(disc_need_table(tab, int(wy), int(wz)), dtype=cp.float64)
     if r2max > tab:
-        far = cp.asarray(disc_need_far(int(r2max), int(wy), int(wz)), dtype=cp.float64)
+        far = cp.asarray(disc_need_far(int(r2max), int(wy), int(wz), (n1, n2)),
+                         dtype=cp.float64)
     else:
         far = cp.zeros((6, 1), cp.float64)  # not read
     for b0 in range(0, cand.size, MASK_BATCH):

@@ -254,12 +254,22 @@ def prune_table(r2need: float, weights):
 INT_TABLE_MAX = 2**20
 
 
-@functools.lru_cache(maxsize=8)
-def _quarter_disc(r2max: int, wy: int, wz: int) -> tuple[np.ndarray, np.ndarray]:
-    """The squared lengths (ascending) of the offsets o >= 0 of a plane's quarter disc up to
-    r2max, and per row t = |ey|*3 + |ek| (t < 5) the running max of |o + (ey, ek)|^2."""
+def _quarter_extent(r2max: int, wy: int, wz: int, extent=None) -> tuple[int, int]:
+    """Offsets per axis of the quarter disc up to r2max: its bounding rectangle, clipped to
+    ``extent`` (the array's lengths along axes 1 and 2; no offset reaches farther)."""
     qa = math.isqrt(r2max) // wy + 2
     qb = math.isqrt(r2max) // wz + 2
+    if extent is not None:
+        qa, qb = min(qa, int(extent[0])), min(qb, int(extent[1]))
+    return qa, qb
+
+
+@functools.lru_cache(maxsize=8)
+def _quarter_disc(r2max: int, wy: int, wz: int, extent=None) -> tuple[np.ndarray, np.ndarray]:
+    """The squared lengths (ascending) of the offsets o >= 0 of a plane's quarter disc up to
+    r2max (within ``extent``), and per row t = |ey|*3 + |ek| (t < 5) the running max of
+    |o + (ey, ek)|^2."""
+    qa, qb = _quarter_extent(r2max, wy, wz, extent)
     a, b = np.meshgrid(np.arange(qa, dtype=np.int64), np.arange(qb, dtype=np.int64),
                        indexing="ij")
     norm = ((a * wy) ** 2 + (b * wz) ** 2).ravel()
@@ -294,12 +304,17 @@ def disc_need_table(r2max: int, wy: int, wz: int) -> np.ndarray:
     return _disc_need(int(r2max), int(wy), int(wz))
 
 
-def disc_need_far(r2max: int, wy: int, wz: int) -> np.ndarray:
+def disc_need_far(r2max: int, wy: int, wz: int, extent=None) -> np.ndarray:
     """``disc_need_table`` without a column per squared radius, for radii beyond the
     tables: rows 0-4 hold the running maxima of the quarter disc's offsets in ascending
     length, row 5 those lengths, and ``need[t, rho] = far[t, c - 1]`` where c counts the
     lengths < rho (rho >= 1).  One column per lattice offset of a quarter disc (about
     r2max / (wy * wz)) where the table has one per squared length.
+
+    ``extent``: the array's lengths ``(n1, n2)`` along axes 1 and 2.  Offsets of ``n1`` or
+    more along axis 1 (``n2`` along axis 2) reach no voxel from any centre, so the table
+    keeps only those below: the needs are those of the discs' parts inside the array, and a
+    thin array gets a small table whatever its largest ball.
 
     Examples
     --------
@@ -308,7 +323,9 @@ def disc_need_far(r2max: int, wy: int, wz: int) -> np.ndarray:
     >>> int(far[0, c - 1]) == int(disc_need_table(50, 1, 1)[0, 26]) == 25
     True
     """
-    norm, pm = _quarter_disc(int(r2max), int(wy), int(wz))
+    if extent is not None:
+        extent = (int(extent[0]), int(extent[1]))
+    norm, pm = _quarter_disc(int(r2max), int(wy), int(wz), extent)
     return np.concatenate([pm, norm[None]])
 
 
@@ -317,7 +334,8 @@ def far_columns(shape, weights) -> int:
     any phase (0 when every squared radius it can meet is within the integer tables).
 
     The largest squared distance between two voxels of the block bounds the squared
-    radius; ``_quarter_disc`` holds one column per offset of its bounding rectangle.
+    radius; ``_quarter_disc`` holds one column per offset of its bounding rectangle,
+    clipped to the block's lengths along axes 1 and 2.
 
     Examples
     --------
@@ -329,7 +347,8 @@ def far_columns(shape, weights) -> int:
     r2 = sum(((int(n) - 1) * int(w)) ** 2 for n, w in zip(shape, weights))
     if r2 < INT_TABLE_MAX:
         return 0
-    return (math.isqrt(r2) // int(weights[1]) + 2) * (math.isqrt(r2) // int(weights[2]) + 2)
+    qa, qb = _quarter_extent(r2, int(weights[1]), int(weights[2]), shape[1:])
+    return qa * qb
 
 
 def half_table(r2max: int, w: int) -> np.ndarray:
