@@ -71,12 +71,9 @@ def chunked(phase, tile, spacing, device):
     halo = T.thickness_halo(r_max, spacing)
     out = np.full(phase.shape, -1.0, np.float32)
     for t in plan_tiles(phase.shape, tile, halo):
-        start = [max(0, a) for a in t.start]
-        stop = [min(n, b) for b, n in zip(t.stop, phase.shape)]
-        block = phase[tuple(slice(a, b) for a, b in zip(start, stop))]
-        core = tuple(slice(c.start - a, c.stop - a) for c, a in zip(t.core, start))
-        out[t.core] = to_numpy(T.local_thickness_core(block, core, r_max, spacing=spacing,
-                                                      device=device))
+        region, core = t.clipped(phase.shape)
+        out[t.core] = to_numpy(T.local_thickness_core(phase[region], core, r_max,
+                                                      spacing=spacing, device=device))
     return out
 
 

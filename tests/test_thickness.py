@@ -196,11 +196,8 @@ def chunked(phase, tile, spacing, halo=None, r_max=None):
     halo = T.thickness_halo(r_max, spacing) if halo is None else halo
     out = np.full(phase.shape, -1.0, np.float32)
     for t in plan_tiles(phase.shape, tile, halo):
-        start = [max(0, a) for a in t.start]
-        stop = [min(n, b) for b, n in zip(t.stop, phase.shape)]
-        block = phase[tuple(slice(a, b) for a, b in zip(start, stop))]
-        cib = tuple(slice(c.start - a, c.stop - a) for c, a in zip(t.core, start))
-        out[t.core] = T.local_thickness_core(block, cib, r_max, spacing=spacing)
+        region, cib = t.clipped(phase.shape)
+        out[t.core] = T.local_thickness_core(phase[region], cib, r_max, spacing=spacing)
     return out, r_max
 
 

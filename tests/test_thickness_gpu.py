@@ -411,11 +411,8 @@ def test_gpu_chunked_equals_whole():
     out = cp.zeros(phase.shape, cp.float32)
     dev = cp.asarray(phase)
     for t in plan_tiles(phase.shape, tile, halo):
-        start = [max(0, a) for a in t.start]
-        stop = [min(n, b) for b, n in zip(t.stop, phase.shape)]
-        block = dev[tuple(slice(a, b) for a, b in zip(start, stop))]
-        cib = tuple(slice(c.start - a, c.stop - a) for c, a in zip(t.core, start))
-        out[t.core] = T.local_thickness_core(block, cib, r_max)
+        region, cib = t.clipped(phase.shape)
+        out[t.core] = T.local_thickness_core(dev[region], cib, r_max)
     np.testing.assert_array_equal(out.get(), whole)
 
 

@@ -38,6 +38,24 @@ def test_plan_tiles_cover_disjoint_and_halo(shape, tile, halo):
     assert len(tiles) == math.prod(grid)
 
 
+@pytest.mark.parametrize("shape,tile,halo", [((10, 7), (4, 7), 1),
+                                             ((9, 8, 5), (4, 3, 2), ((1, 2), 0, (3, 0)))])
+def test_clipped_block_is_the_grown_block_inside_the_volume(shape, tile, halo):
+    # The cut block is the halo-grown block's voxels that lie in the volume, and its core
+    # is the tile's core.
+    volume = np.arange(math.prod(shape)).reshape(shape)
+    pairs = normalize_halo(halo, len(shape))
+    padded = np.pad(volume, pairs, constant_values=-1)
+    for t in plan_tiles(shape, tile, halo):
+        region, core = t.clipped(shape)
+        grown = padded[tuple(slice(a + hb, b + hb)
+                             for a, b, (hb, _) in zip(t.start, t.stop, pairs))]
+        inside = [np.flatnonzero((np.arange(a, b) >= 0) & (np.arange(a, b) < n))
+                  for a, b, n in zip(t.start, t.stop, shape)]
+        np.testing.assert_array_equal(volume[region], grown[np.ix_(*inside)])
+        np.testing.assert_array_equal(volume[region][core], volume[t.core])
+
+
 def test_plan_tiles_errors():
     with pytest.raises(ValueError, match="tile_shape"):
         plan_tiles((4, 4), (0, 2))

@@ -151,6 +151,22 @@ class Tile:
     def core_shape(self) -> tuple[int, ...]:
         return tuple(s.stop - s.start for s in self.core)
 
+    def clipped(self, shape) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """The halo-grown block cut to a volume of ``shape`` (slices in volume
+        coordinates), and where the core sits in that cut block.
+
+        Examples
+        --------
+        >>> t = plan_tiles((10, 7), (4, 7), halo=1)[0]
+        >>> t.clipped((10, 7))
+        ((slice(0, 5, None), slice(0, 7, None)), (slice(0, 4, None), slice(0, 7, None)))
+        """
+        start = [max(0, a) for a in self.start]
+        stop = [min(int(n), b) for b, n in zip(self.stop, shape)]
+        block = tuple(slice(a, b) for a, b in zip(start, stop))
+        core = tuple(slice(c.start - a, c.stop - a) for c, a in zip(self.core, start))
+        return block, core
+
 
 def plan_tiles(shape, tile_shape, halo=0) -> list[Tile]:
     """Split ``shape`` into cores of at most ``tile_shape``, each grown by ``halo``.

@@ -138,10 +138,8 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, shard, c
     r_max = json.loads(Path(rmax_json).read_text())["r_max"]
     tiles = plan_tiles(store.shape, chunk, thickness_halo(r_max, spacing))
     tile = next(t for t in tiles if tuple(s.start // c for s, c in zip(t.core, chunk)) == tuple(shard))
-    start = [max(0, s) for s in tile.start]
-    stop = [min(n, s) for n, s in zip(store.shape, tile.stop)]
-    block = store[tuple(slice(a, b) for a, b in zip(start, stop))]
-    core_in_block = tuple(slice(c.start - a, c.stop - a) for c, a in zip(tile.core, start))
+    region, core_in_block = tile.clipped(store.shape)
+    block = store[region]
     binary = _phase(block, store, thickness, whole=False)
     lt = local_thickness_core(binary, core_in_block, r_max, spacing=spacing, device=device)
     out = open_store(store_root(thickness_zarr), mode="r+")
@@ -151,7 +149,7 @@ def thickness_chunk(volume_zarr, thickness_zarr, rmax_json, out_npz, *, shard, c
         np.savez(fh, values=values, counts=counts, n_voxels=np.int64(np.prod(tile.core_shape)),
                  core_start=np.array([c.start for c in tile.core]),
                  core_stop=np.array([c.stop for c in tile.core]))
-    log.info("thickness chunk %s: core %s, halo block %s..%s", tuple(shard), tile.core, start, stop)
+    log.info("thickness chunk %s: core %s, halo block %s", tuple(shard), tile.core, region)
 
 
 def aggregate_thickness(chunk_npzs, rmax_json, volume_zarr, thickness_zarr, out_nc, *, bins,
