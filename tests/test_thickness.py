@@ -717,6 +717,52 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
     assert lost < 0.02
 
 
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (2.79, 2.39, 2.39)])
+def test_prune_level_lookup_cut_short_searches_the_rest(spacing):
+    # The level table stops at LEVEL_LUT_MAX squared lengths; the prune kernel searches
+    # the levels of larger balls.  Cut anywhere, the kept centres and bits are the same.
+    phase = solid_with_pores((23, 31, 26), 3, 7)
+    phase[:, :5] &= blobs((23, 5, 26), sigma=1.5, seed=3)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    levels, need, r2cap = TAB.prune_table(float(d2[np.isfinite(d2)].max()), weights)
+    full = TAB.level_lut(levels, r2cap, weights)
+    w = tuple(float(v) for v in weights)
+    masks = []
+    for size in (full.size, full.size // 7, 3, 0):
+        mask = np.empty(phase.shape, np.uint32)
+        CPU._kernels().prune(d2, *w, 0.0, 0, 0, 0, *phase.shape, np.inf, levels, need, r2cap,
+                             full[:size].copy(), np.inf, np.inf, TAB.FAR_STEP, TAB.FAR_RIDGE,
+                             TAB.cap_limit(weights), mask, 0, phase.shape[0])
+        masks.append(mask)
+    assert 0 < (masks[0] != 0).sum() < 0.5 * phase.sum()
+    for mask in masks[1:]:
+        np.testing.assert_array_equal(mask, masks[0])
+    np.testing.assert_array_equal(
+        full, np.searchsorted(levels, np.arange(full.size, dtype=np.float64)) - 1)
+
+
+def test_level_lookup_is_bounded_whatever_the_pruning_cap():
+    weights = (279, 239, 239)
+    levels, _, r2cap = TAB.prune_table(4.0e7, weights)
+    assert r2cap > TAB.LEVEL_LUT_MAX
+    lut = TAB.level_lut(levels, r2cap, weights)
+    assert lut.size == TAB.LEVEL_LUT_MAX
+    np.testing.assert_array_equal(
+        lut, np.searchsorted(levels, np.arange(lut.size, dtype=np.float64)) - 1)
+
+
+def test_half_table_views_of_one_cached_table_match_the_definition():
+    for w in (1, 3, 239):
+        for r2max in (0, 1, 5, 64, 1000, 4097):
+            hw = TAB.half_table(r2max, w)
+            b = np.arange(r2max + 1)
+            want = np.array([-1] + [max(h for h in range(0, 70) if (h * w) ** 2 < v)
+                                    for v in b[1:]], np.int64)
+            assert hw.dtype == np.int64 and hw.flags.c_contiguous
+            np.testing.assert_array_equal(hw, want)
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (0.65, 0.65, 2.0)])
 @pytest.mark.parametrize("box", [None, ((4, 3, 5), (30, 27, 22))])
 @pytest.mark.parametrize("first_radius", [0, 12, 10**4])

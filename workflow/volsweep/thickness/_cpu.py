@@ -23,9 +23,9 @@ import numpy as np
 from volsweep.backend import cpu_threads
 
 from . import _tables
-from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, cap_limit, diameter_lut,
-                      disc_need_far, disc_need_table, far_columns, far_min_r2, half_table, level_lut,
-                      prune_table)
+from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, LEVEL_LUT_MAX, cap_limit,
+                      diameter_lut, disc_need_far, disc_need_table, far_columns, far_min_r2,
+                      half_table, level_lut, prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
@@ -209,8 +209,10 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
             rank_lut = np.cumsum(present, dtype=np.uint32)
         else:
             values = np.unique(r2s)
-            rank_lut = np.searchsorted(values, np.arange(dense, dtype=np.float64),
-                                       side="right").astype(np.uint32)
+            # rank_lut[B] = how many values are <= B, by counting those below the tables
+            present = np.zeros(dense, np.bool_)
+            present[r2i[r2i < dense]] = True
+            rank_lut = np.cumsum(present, dtype=np.uint32)
     else:
         values, ranks = np.unique(r2s, return_inverse=True)
         ranks = (ranks.ravel() + 1).astype(np.uint32)
@@ -406,7 +408,7 @@ _PER_CENTRE = 8 * 6 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
 # half-width tables, int64; the pruning table (level lookup and offsets); the disc masks;
 # the disc thresholds.
-_TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * (2**24) + 2_000_000 * 40 + MASK_LUT_BYTES
+_TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * LEVEL_LUT_MAX + 2_000_000 * 40 + MASK_LUT_BYTES
                 + 8 * 12 * 64 * TH_MAX_VALUES)
 # Building disc_need_far: its 6 int64 rows and the quarter disc's sorts (12 rows at the peak,
 # one more for the arrays' headers and small temporaries).

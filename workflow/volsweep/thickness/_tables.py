@@ -204,23 +204,36 @@ def _table_cap(r2need: float, weights) -> float:
 
 _PRUNE_TABLES: dict = {}
 _LEVEL_LUTS: dict = {}
-# Level lookup tables (one int64 per integer squared length) up to this length.
-LEVEL_LUT_MAX = 2**24
+# Level lookup tables hold one int64 per integer squared length below this (8 MiB); the
+# prune kernel searches the levels of longer ones.  A table per squared length up to the
+# pruning cap (up to 2**24 on lattices of large weights) took 0.7-1.5 s to build, in every
+# process, for a search that costs a few steps per centre.
+LEVEL_LUT_MAX = 2**20
 
 
 def level_lut(levels, r2cap, weights) -> np.ndarray:
-    """lut[v] = index of the largest level < v for integers v < r2cap (the prune kernel's
-    level lookup without a binary search); empty when r2cap > LEVEL_LUT_MAX."""
-    if r2cap > LEVEL_LUT_MAX:
-        return np.zeros(0, np.int64)
+    """lut[v] = index of the largest level < v for the integers v < min(r2cap,
+    LEVEL_LUT_MAX): the prune kernel's level lookup without a binary search.
+
+    Examples
+    --------
+    >>> level_lut(np.array([0.0, 1.0, 2.0, 4.0]), 6.0, (1, 1, 1)).tolist()
+    [-1, 0, 1, 2, 2, 3]
+    """
     key = (tuple(int(w) for w in weights), float(r2cap), levels.size)
     lut = _LEVEL_LUTS.get(key)
     if lut is None:
         n = int(math.floor(r2cap))
         if n >= r2cap:
             n -= 1
-        v = np.arange(n + 1, dtype=np.float64)
-        lut = (np.searchsorted(levels, v, side="left") - 1).astype(np.int64)
+        n = min(n, LEVEL_LUT_MAX - 1)
+        # lut[v] = (how many levels are < v) - 1, by counting (levels are exact integers)
+        present = np.zeros(n + 1, np.int64)
+        present[levels[levels <= n].astype(np.int64)] = 1
+        lut = np.empty(n + 1, np.int64)
+        lut[0] = -1
+        np.cumsum(present[:-1], out=lut[1:])
+        lut[1:] -= 1
         _LEVEL_LUTS.clear()
         _LEVEL_LUTS[key] = lut
     return lut
@@ -352,8 +365,23 @@ def far_columns(shape, weights) -> int:
 
 
 def half_table(r2max: int, w: int) -> np.ndarray:
-    """hw[B] = the largest h >= 0 with (h*w)^2 < B for 1 <= B <= r2max, hw[0] = -1 (int64)."""
-    b = np.arange(r2max + 1, dtype=np.int64)
+    """hw[B] = the largest h >= 0 with (h*w)^2 < B for 1 <= B <= r2max, hw[0] = -1 (int64).
+
+    A view of a cached table (its length rounded up to a power of two): the painters read
+    it, and must not write it.
+
+    Examples
+    --------
+    >>> half_table(10, 2).tolist()  # (2h)^2 < B
+    [-1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
+    """
+    r2max = int(r2max)
+    return _half_table(1 << max(r2max, 1).bit_length(), int(w))[: r2max + 1]
+
+
+@functools.lru_cache(maxsize=32)
+def _half_table(size: int, w: int) -> np.ndarray:
+    b = np.arange(size, dtype=np.int64)
     q = np.maximum(b - 1, 0) // (w * w)  # (h*w)^2 < B  <=>  h^2 <= (B - 1) // w^2
     h = np.floor(np.sqrt(q.astype(np.float64))).astype(np.int64)
     h += (h + 1) * (h + 1) <= q
