@@ -29,6 +29,10 @@ Parts (``--parts``, CPU and GPU):
   compile   (CPU) the first call's time in a fresh process with an empty numba cache (the
             kernels' compilation), then a second fresh process on that cache, ``--repeat``
             times each
+  first     (CPU) blobs at ``--size`` (seeds 0 .. ``--repeat`` - 1) at the spacings of
+            FIRST_SPACINGS, each in a fresh process (kernels loaded from the cache by a
+            tiny call): the first call on the data and the second, as a workflow's chunk
+            job meets them (the tables a call builds are cached per process)
 
 Usage::
 
@@ -56,6 +60,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from volsweep import thickness as T  # noqa: E402
+
+
+FIRST_CHILD = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1] + "/workflow")
+sys.path.insert(0, sys.argv[1] + "/benchmarks")
+import numpy as np
+import volsweep
+from bench_thickness import blobs
+x = np.ones((5, 4, 6), bool)
+x[2, 1, 3] = False
+volsweep.local_thickness(x)
+phase = blobs((int(sys.argv[2]),) * 3, seed=int(sys.argv[3]))
+spacing = tuple(float(v) for v in sys.argv[4].split(","))
+for _ in range(2):
+    t = time.perf_counter()
+    volsweep.local_thickness(phase, spacing=spacing)
+    print(time.perf_counter() - t)
+"""
+# Unit, anisotropic, three significant digits (lattice weights in the hundreds), extreme.
+FIRST_SPACINGS = [(1, 1, 1), (0.65, 0.65, 2.0), (0.347, 0.347, 1.0), (2.79, 2.39, 2.39),
+                  (4.0, 0.1, 0.1)]
 
 
 # ----------------------------------------------------------------------------- cases
@@ -412,6 +438,25 @@ def part_compile(a, out, log):
         f"with the cache: {statistics.median(warm):.2f} s ({fmt(warm)})")
 
 
+def part_first(a, out, log):
+    rows = []
+    for spacing in FIRST_SPACINGS:
+        first, second = [], []
+        for seed in range(a.repeat):
+            r = subprocess.run([sys.executable, "-c", FIRST_CHILD, str(ROOT), str(a.size),
+                                str(seed), ",".join(map(str, spacing))],
+                               capture_output=True, text=True, check=True)
+            t1, t2 = (float(v) for v in r.stdout.split()[-2:])
+            first.append(t1)
+            second.append(t2)
+        rows.append({"spacing": list(spacing), "size": a.size, "first_s": first,
+                     "second_s": second})
+        log(f"blobs {a.size}^3 spacing {spacing}, fresh process: first call median "
+            f"{statistics.median(first):.3f} s ({fmt(first)}), second "
+            f"{statistics.median(second):.3f} s ({fmt(second)})")
+    out["first"] = rows
+
+
 def fmt(times):
     return ", ".join(f"{t:.3g}" for t in times)
 
@@ -444,7 +489,8 @@ def main(argv=None):
 
     fns = {"cases": part_cases, "scaling": part_scaling, "stages": part_stages,
            "spacing": part_spacing,
-           "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu, "compile": part_compile}
+           "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu, "compile": part_compile,
+           "first": part_first}
     for part in parts:
         fns[part](a, out, log)
         if a.out:
