@@ -29,6 +29,9 @@ Parts (``--parts``, CPU and GPU):
   compile   (CPU) the first call's time in a fresh process with an empty numba cache (the
             kernels' compilation), then a second fresh process on that cache, ``--repeat``
             times each
+  weights   blobs 128^3, PoreSpy-like blobs 160^3 (porosity 0.6, blobiness 2) and a 96^3
+            solid with 4 pore voxels at the spacings of FIRST_SPACINGS (lattice weights
+            from 1 to the hundreds), as ``cases``, all in this process
   first     (CPU) blobs at ``--size`` (seeds 0 .. ``--repeat`` - 1) at the spacings of
             FIRST_SPACINGS, each in a fresh process (kernels loaded from the cache by a
             tiny call): the first call on the data and the second, as a workflow's chunk
@@ -438,6 +441,19 @@ def part_compile(a, out, log):
         f"with the cache: {statistics.median(warm):.2f} s ({fmt(warm)})")
 
 
+def part_weights(a, out, log):
+    rows = []
+    phases = [("blobs 128^3", blobs((128,) * 3)),
+              ("blobs 160^3 0.6/2", blobs((160,) * 3, 0.6, 2, seed=4)),
+              ("pores 96^3", pores(96, seed=2))]
+    for name, phase in phases:
+        for spacing in FIRST_SPACINGS:
+            r = run_case(name, phase, a.device, a.repeat, spacing=spacing)
+            rows.append(r)
+            log(f"{name} spacing {spacing}: median {r['median_s']:.4f} s ({fmt(r['times_s'])})")
+    out["weights"] = rows
+
+
 def part_first(a, out, log):
     rows = []
     for spacing in FIRST_SPACINGS:
@@ -490,7 +506,7 @@ def main(argv=None):
     fns = {"cases": part_cases, "scaling": part_scaling, "stages": part_stages,
            "spacing": part_spacing,
            "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu, "compile": part_compile,
-           "first": part_first}
+           "first": part_first, "weights": part_weights}
     for part in parts:
         fns[part](a, out, log)
         if a.out:
