@@ -379,7 +379,7 @@ def half_table(r2max: int, w: int) -> np.ndarray:
     return _half_table(1 << max(r2max, 1).bit_length(), int(w))[: r2max + 1]
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)  # a call reads at most four (its lattice's weights)
 def _half_table(size: int, w: int) -> np.ndarray:
     b = np.arange(size, dtype=np.int64)
     q = np.maximum(b - 1, 0) // (w * w)  # (h*w)^2 < B  <=>  h^2 <= (B - 1) // w^2
