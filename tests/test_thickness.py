@@ -894,6 +894,16 @@ def test_rows_of_more_than_two_words_equal_oracle(spacing):
     np.testing.assert_array_equal(out, whole)
 
 
+def test_disc_need_tables_of_nearby_radii_are_one_cached_table():
+    # Lengths are rounded up to a power of two, so calls with nearby largest radii share
+    # one table, and its columns are those of any longer table.
+    a = TAB.disc_need_table(1000, 3, 2)
+    assert TAB.disc_need_table(700, 3, 2) is a and a.shape[1] == 1024
+    longer = TAB._disc_need.__wrapped__(1500, 3, 2)
+    np.testing.assert_array_equal(longer[:, :1024], a)
+    assert TAB.disc_need_table(2**20 + 5, 40, 40).shape[1] == 2**20 + 6
+
+
 @pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (7, 13, 10)])
 def test_disc_need_beyond_the_tables_equals_the_table(weights):
     # The kernels look up disc_need_far beyond the tables: the longest quarter-disc offset

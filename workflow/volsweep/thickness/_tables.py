@@ -297,7 +297,21 @@ def _quarter_disc(r2max: int, wy: int, wz: int, extent=None) -> tuple[np.ndarray
     return norm, pm
 
 
-@functools.lru_cache(maxsize=8)
+def table_length(r2max: int) -> int:
+    """Columns of a table indexed by squared length that holds ``0 .. r2max``: ``r2max + 1``
+    rounded up to a power of two, at most ``INT_TABLE_MAX`` (unless more are asked), so
+    that calls with nearby largest radii share one cached table.
+
+    Examples
+    --------
+    >>> table_length(0), table_length(1000), table_length(1024), table_length(2**20 - 1)
+    (2, 1024, 2048, 1048576)
+    """
+    r2max = int(r2max)
+    return max(r2max + 1, min(1 << max(r2max, 1).bit_length(), INT_TABLE_MAX))
+
+
+@functools.lru_cache(maxsize=2)  # up to 75 MB each: the last two lattices or lengths
 def _disc_need(r2max: int, wy: int, wz: int) -> np.ndarray:
     norm, pm = _quarter_disc(r2max, wy, wz)
     # count[rho] = how many sorted norms are < rho (the disc of rho, one quadrant)
@@ -313,8 +327,11 @@ def _disc_need(r2max: int, wy: int, wz: int) -> np.ndarray:
 def disc_need_table(r2max: int, wy: int, wz: int) -> np.ndarray:
     """need[|ey|*3 + |ek|, rho] = max of |o + (ey, ek)|^2 over the disc
     {o : (o_y*wy)^2 + (o_z*wz)^2 < rho}: that disc shifted by (ey, ek) lies inside the
-    disc of rho' iff rho' > need.  (The first axis has 9 rows; 0, 1, 3, 4 are used.)"""
-    return _disc_need(int(r2max), int(wy), int(wz))
+    disc of rho' iff rho' > need.  (The first axis has 9 rows; 0, 1, 3, 4 are used.)
+
+    Cached; its columns ``0 .. table_length(r2max) - 1`` (at least ``r2max + 1``): a
+    column does not depend on the table's length."""
+    return _disc_need(table_length(r2max) - 1, int(wy), int(wz))
 
 
 def disc_need_far(r2max: int, wy: int, wz: int, extent=None) -> np.ndarray:
@@ -376,7 +393,7 @@ def half_table(r2max: int, w: int) -> np.ndarray:
     [-1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
     """
     r2max = int(r2max)
-    return _half_table(1 << max(r2max, 1).bit_length(), int(w))[: r2max + 1]
+    return _half_table(table_length(r2max), int(w))[: r2max + 1]
 
 
 @functools.lru_cache(maxsize=8)  # a call reads at most four (its lattice's weights)
