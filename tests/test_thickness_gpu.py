@@ -356,6 +356,41 @@ def test_gpu_thin_block_past_the_tables_clips_the_disc_table(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_gpu_disc_need_table_stays_on_the_device_and_grows():
+    # The disc needs' table is kept on the device: at lattice weights in the hundreds
+    # every call reads the full table, uploaded once; a larger squared radius grows it, a
+    # smaller one reads the longer table, and another lattice replaces it.
+    import cupy as cp
+
+    from volsweep.thickness import _gpu as G
+
+    G.DISC_NEEDS.clear()
+    spacing = (2.79, 2.39, 2.39)
+    phase = blobs((23, 19, 21), sigma=2.0, seed=8)
+    cpu = T.local_thickness(phase, spacing=spacing, device="cpu")
+    x = cp.asarray(phase)
+    np.testing.assert_array_equal(T.local_thickness(x, spacing=spacing).get(), cpu)
+    table = G.DISC_NEEDS._table
+    np.testing.assert_array_equal(T.local_thickness(x, spacing=spacing).get(), cpu)
+    assert G.DISC_NEEDS._table is table and table.shape[1] == TAB.INT_TABLE_MAX
+    small = blobs((15, 16, 17), sigma=1.5, seed=9)
+    solid = np.ones((30, 31, 29), bool)
+    solid[3, 20, 7] = solid[25, 4, 22] = False
+    T.local_thickness(cp.asarray(small))
+    short = G.DISC_NEEDS._table
+    assert short.shape[1] < TAB.INT_TABLE_MAX
+    np.testing.assert_array_equal(T.local_thickness(cp.asarray(solid)).get(),
+                                  oracle_local_thickness(solid, (1, 1, 1)))
+    grown = G.DISC_NEEDS._table
+    assert grown.shape[1] > short.shape[1]
+    np.testing.assert_array_equal(T.local_thickness(cp.asarray(small)).get(),
+                                  oracle_local_thickness(small, (1, 1, 1)))
+    assert G.DISC_NEEDS._table is grown
+    cols = grown.shape[1]
+    np.testing.assert_array_equal(grown.get(), TAB.disc_need_table(cols - 1, 1, 1))
+
+
+@pytest.mark.gpu
 def test_gpu_reproducer_and_exact_scale_invariance():
     import cupy as cp
 

@@ -615,6 +615,32 @@ class _Tables:
 TABLES = _Tables()
 
 
+class _DiscNeeds:
+    """``_tables.disc_need_table`` on the device for the last lattice's weights along axes
+    1 and 2, as long as the longest asked so far (``_tables.table_length``): a column does
+    not depend on the table's length, so a longer table serves every shorter one.
+    Lattices of large weights read the full table (75 MB) in every call, which no longer
+    crosses to the device each time."""
+
+    def __init__(self):
+        self._key, self._table = None, None
+
+    def get(self, tab: int, wy: int, wz: int):
+        import cupy as cp
+
+        if self._key != (wy, wz) or self._table is None or self._table.shape[1] <= tab:
+            self._key, self._table = None, None  # freed before the next one is built
+            self._table = cp.asarray(disc_need_table(tab, wy, wz), dtype=cp.float64)
+            self._key = (wy, wz)
+        return self._table
+
+    def clear(self):
+        self._key, self._table = None, None
+
+
+DISC_NEEDS = _DiscNeeds()
+
+
 def edt_sq(phase, weights):
     """Squared lattice distance map (float64 CuPy array, exact integers) of a boolean CuPy array.
 
@@ -741,8 +767,8 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
     r2max = float(values[-1])
 
     tab = min(int(r2max), INT_TABLE_MAX - 1)  # the table's last squared length
-    need2 = cp.asarray(disc_need_table(tab, int(wy), int(wz)), dtype=cp.float64)
-    if r2max > tab:
+    need2 = DISC_NEEDS.get(tab, int(wy), int(wz))
+    if r2max >= need2.shape[1]:
         far = cp.asarray(disc_need_far(int(r2max), int(wy), int(wz), (n1, n2)),
                          dtype=cp.float64)
     else:
