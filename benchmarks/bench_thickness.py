@@ -32,6 +32,9 @@ Parts (``--parts``, CPU and GPU):
   weights   blobs 128^3, PoreSpy-like blobs 160^3 (porosity 0.6, blobiness 2) and a 96^3
             solid with 4 pore voxels at the spacings of FIRST_SPACINGS (lattice weights
             from 1 to the hundreds), as ``cases``, all in this process
+  needs     (GPU) the disc-need table kept on the device between calls against uploaded
+            in every call (cleared before it), alternating, ``--repeat`` pairs, on the
+            phases and spacings of NEEDS_CASES; GPU == CPU on each
   first     (CPU) blobs at ``--size`` (seeds 0 .. ``--repeat`` - 1) at the spacings of
             FIRST_SPACINGS, each in a fresh process (kernels loaded from the cache by a
             tiny call): the first call on the data and the second, as a workflow's chunk
@@ -454,6 +457,50 @@ def part_weights(a, out, log):
     out["weights"] = rows
 
 
+NEEDS_CASES = [
+    *((f"blobs 128^3 {sp}", lambda: blobs((128,) * 3), sp) for sp in FIRST_SPACINGS[:4]),
+    ("pores 96^3 (1, 1, 1)", lambda: pores(96), (1, 1, 1)),
+    ("pores 96^3 (2.79, 2.39, 2.39)", lambda: pores(96), (2.79, 2.39, 2.39)),
+    ("pores 144^3 (0.65, 0.65, 2.0)", lambda: pores(144), (0.65, 0.65, 2.0)),
+    ("pores 256^3 (0.65, 0.65, 2.0)", lambda: pores(256), (0.65, 0.65, 2.0)),
+    ("pores 256^3 (0.7, 1.3, 1.0)", lambda: pores(256), (0.7, 1.3, 1.0)),
+    ("blobs 250^3 (1, 1, 1)", lambda: blobs((250,) * 3), (1, 1, 1)),
+    ("pores 256^3 (1, 1, 1)", lambda: pores(256), (1, 1, 1)),
+]
+
+
+def part_needs(a, out, log):
+    import cupy as cp
+
+    from volsweep.thickness import _gpu
+
+    def call(x, spacing, clear):
+        if clear:
+            _gpu.DISC_NEEDS.clear()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        T.local_thickness(x, spacing=spacing)
+        stop.record()
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3
+
+    rows = []
+    for name, make, spacing in NEEDS_CASES:
+        phase = make()
+        x = on_device(phase, "cuda")
+        got = T.local_thickness(x, spacing=spacing).get()
+        uploaded, kept = [], []
+        for _ in range(a.repeat):
+            uploaded.append(call(x, spacing, True))
+            kept.append(call(x, spacing, False))
+        same = bool(np.array_equal(got, T.local_thickness(phase, spacing=spacing, device="cpu")))
+        rows.append({"case": name, "spacing": list(spacing), "kept_s": kept,
+                     "uploaded_s": uploaded, "gpu_equals_cpu": same})
+        log(f"{name}: kept {statistics.median(kept) * 1e3:.2f} ms, uploaded in every call "
+            f"{statistics.median(uploaded) * 1e3:.2f} ms, GPU == CPU {same}")
+    out["needs"] = rows
+
+
 def part_first(a, out, log):
     rows = []
     for spacing in FIRST_SPACINGS:
@@ -506,7 +553,7 @@ def main(argv=None):
     fns = {"cases": part_cases, "scaling": part_scaling, "stages": part_stages,
            "spacing": part_spacing,
            "porespy": part_porespy, "edt": part_edt, "gpu": part_gpu, "compile": part_compile,
-           "first": part_first, "weights": part_weights}
+           "first": part_first, "weights": part_weights, "needs": part_needs}
     for part in parts:
         fns[part](a, out, log)
         if a.out:
