@@ -894,6 +894,31 @@ def test_rows_of_more_than_two_words_equal_oracle(spacing):
     np.testing.assert_array_equal(out, whole)
 
 
+def test_numba_scope_notes_of_the_table_lookups_are_silenced_with_or_without_colour():
+    # numba's note on the inlined lookups' renamed locals reaches users on the first
+    # compile unless filtered; some numba builds colour the message.
+    import warnings
+
+    from numba.core.errors import NumbaIRAssumptionWarning
+
+    notes = ["variable '_hw_v184_h_3.1' is not in scope.",
+             "\x1b[1m\x1b[1mvariable '_need4_v12_a.2' is not in scope.\n\nThis warning came",
+             "\x1b[1mvariable '_need_v3' is not in scope."]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.resetwarnings()
+        warnings.filterwarnings("ignore", message=NB.SCOPE_NOTE, category=NumbaIRAssumptionWarning)
+        warnings.filterwarnings("always", append=True)
+        for note in notes + ["variable 'other_v1' is not in scope."]:
+            warnings.warn(NumbaIRAssumptionWarning(note))
+    assert [str(w.message).split(".")[0] for w in seen] == ["variable 'other_v1' is not in scope"]
+    # pytest's own filter (it resets the filters per test) is the same pattern
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert any(f.split(":")[1] == NB.SCOPE_NOTE
+               for f in config["tool"]["pytest"]["ini_options"]["filterwarnings"])
+
+
 def test_disc_need_tables_of_nearby_radii_are_one_cached_table():
     # Lengths are rounded up to a power of two, so calls with nearby largest radii share
     # one table, and its columns are those of any longer table.

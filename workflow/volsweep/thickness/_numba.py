@@ -24,8 +24,10 @@ from ._tables import CAP_MAX_POINTS
 
 # numba's SSA check reports the inlined lookups' (_hw, _need, _need4) renamed locals as out of
 # scope, a pedantic note on code it compiles correctly; users would see it on the first call.
-warnings.filterwarnings("ignore", message=r"variable '_(hw|need4?)_[\w.]*' is not in scope",
-                        category=NumbaIRAssumptionWarning)
+# Some numba builds start the message with terminal colour codes.  (pyproject.toml holds the
+# same pattern for pytest, which resets the filters per test.)
+SCOPE_NOTE = r"(\x1b\[[0-9;]*m)*variable '_(hw|need4?)_[\w.]*' is not in scope"
+warnings.filterwarnings("ignore", message=SCOPE_NOTE, category=NumbaIRAssumptionWarning)
 
 _OPTS = dict(cache=True, nogil=True)
 # Helpers the painter calls per ball, row or word: compiled without numba's reference
