@@ -200,19 +200,15 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         r2i = r2s.astype(np.int64)
         # the tables indexed by squared length stop at INT_TABLE_MAX; the kernels compute
         # the values beyond them (large lattice weights put even small balls there)
-        dense = INT_TABLE_MAX
-        if r2i.max() < dense:
-            # exact integers: ranks by counting instead of a sort
-            present = np.zeros(int(r2i.max()) + 1, np.bool_)
-            present[r2i] = True
+        # exact integers: rank_lut[B] = how many values are <= B, by counting (no sort)
+        # up to the tables' end; the values past it, if any, by a sort
+        present = np.zeros(min(int(r2i.max()) + 1, INT_TABLE_MAX), np.bool_)
+        present[r2i[r2i < present.size]] = True
+        rank_lut = np.cumsum(present, dtype=np.uint32)
+        if r2i.max() < present.size:
             values = np.flatnonzero(present).astype(np.float64)
-            rank_lut = np.cumsum(present, dtype=np.uint32)
         else:
             values = np.unique(r2s)
-            # rank_lut[B] = how many values are <= B, by counting those below the tables
-            present = np.zeros(dense, np.bool_)
-            present[r2i[r2i < dense]] = True
-            rank_lut = np.cumsum(present, dtype=np.uint32)
     else:
         values, ranks = np.unique(r2s, return_inverse=True)
         ranks = (ranks.ravel() + 1).astype(np.uint32)
