@@ -663,6 +663,66 @@ def test_behind_reach_claims_only_discs_inside_the_neighbour_behind(weights):
     assert claimed > 400  # and the shortcut is not one that never claims a plane
 
 
+def test_floor_division_of_the_row_clip_is_exact():
+    # the float estimate and its correction give Python's // at every sign, at multiples of
+    # the divisor and next to them, and at the kernel's "no bound" value
+    rng = np.random.default_rng(3)
+    for d in (2, 3, 338, 3200, 2 * 997**2):
+        xs = [0, 1, -1, d, -d, d - 1, 1 - d, 7 * d, -7 * d, 7 * d - 1, NB._NO_CLIP, -(2**40) * d]
+        xs += [int(v) for v in rng.integers(-(2**45), 2**45, 200)]
+        xs += [int(v) * d + e for v in rng.integers(-(2**20), 2**20, 50) for e in (-1, 0, 1)]
+        for x in xs:
+            assert NB._floor_div(x, d, 1.0 / d) == x // d, (x, d)
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (2, 1, 3), (7, 5, 6)])
+def test_row_clip_skips_only_rows_inside_uphill_balls(weights):
+    # paint_max skips the rows dJ of plane dI beyond the bounds made of _row_clip's values;
+    # every lattice offset of such a row must lie in the ball of an uphill neighbour
+    # (0, +-1, 0) or (+-1, +-1, 0), and the bounds must skip some rows.
+    wx, wy, wz = weights
+    rng = np.random.default_rng(11 + sum(weights))
+    half = np.empty(6, np.int64)
+    two_wy = 2 * wy * wy
+    skipped = 0
+    for _ in range(150):
+        a = int(rng.integers(3 * max(weights) ** 2, 40 * max(weights) ** 2))
+        d2 = np.zeros((3, 3, 3))
+        d2[1, 1, 1] = a
+        up = np.uint32(0)
+        for di in (-1, 0, 1):
+            for dj in (-1, 1):
+                if rng.random() < 0.5:
+                    b = a + int(rng.integers(0, 3 * wx * wy + 1))
+                    d2[1 + di, 1 + dj, 1] = b
+                    up |= np.uint32(1) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + 1)
+        if not NB._row_clip(d2, up, 1, 1, 1, a, wx, wy, half):
+            continue
+        hx = math.isqrt(a - 1) // wx
+        for dI in range(-hx, hx + 1):
+            x0 = 2 * dI * wx * wx
+            jhi = NB._floor_div(min(half[0] + x0, half[1], half[2] - x0), two_wy, 1.0 / two_wy)
+            jlo = -NB._floor_div(min(half[3] + x0, half[4], half[5] - x0), two_wy, 1.0 / two_wy)
+            rho = a - (dI * wx) ** 2
+            hy = math.isqrt(rho - 1) // wy
+            for dJ in range(-hy, hy + 1):
+                if jlo <= dJ <= jhi:
+                    continue
+                skipped += 1
+                hz = math.isqrt(rho - (dJ * wy) ** 2 - 1) // wz if rho > (dJ * wy) ** 2 else -1
+                for dK in range(-hz, hz + 1):
+                    o = np.array([dI * wx, dJ * wy, dK * wz])
+                    held = False
+                    for di in (-1, 0, 1):
+                        for dj in (-1, 1):
+                            bit = (di + 1) * 9 + (dj + 1) * 3 + 1
+                            if (int(up) >> bit) & 1:
+                                e = np.array([di * wx, dj * wy, 0])
+                                held |= int(((o - e) ** 2).sum()) < d2[1 + di, 1 + dj, 1]
+                    assert held, (weights, a, dI, dJ, dK)
+    assert skipped > 100
+
+
 @pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (2, 1, 3)])
 def test_first_rest_hidden_plane_is_the_linear_scans(weights):
     # The binary search of the mask kernel finds the plane a scan outwards finds, and
