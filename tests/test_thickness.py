@@ -677,13 +677,12 @@ def test_floor_division_of_the_row_clip_is_exact():
 
 @pytest.mark.parametrize("weights", [(1, 1, 1), (13, 13, 40), (2, 1, 3), (7, 5, 6)])
 def test_row_clip_skips_only_rows_inside_uphill_balls(weights):
-    # paint_max skips the rows dJ of plane dI beyond the bounds made of _row_clip's values;
-    # every lattice offset of such a row must lie in the ball of an uphill neighbour
+    # paint_max skips the rows dJ of plane dI outside _clip_rows's bounds (from _row_clip's
+    # values); every lattice offset of such a row must lie in the ball of an uphill neighbour
     # (0, +-1, 0) or (+-1, +-1, 0), and the bounds must skip some rows.
     wx, wy, wz = weights
     rng = np.random.default_rng(11 + sum(weights))
     half = np.empty(6, np.int64)
-    two_wy = 2 * wy * wy
     skipped = 0
     for _ in range(150):
         a = int(rng.integers(3 * max(weights) ** 2, 40 * max(weights) ** 2))
@@ -700,11 +699,10 @@ def test_row_clip_skips_only_rows_inside_uphill_balls(weights):
             continue
         hx = math.isqrt(a - 1) // wx
         for dI in range(-hx, hx + 1):
-            x0 = 2 * dI * wx * wx
-            jhi = NB._floor_div(min(half[0] + x0, half[1], half[2] - x0), two_wy, 1.0 / two_wy)
-            jlo = -NB._floor_div(min(half[3] + x0, half[4], half[5] - x0), two_wy, 1.0 / two_wy)
             rho = a - (dI * wx) ** 2
             hy = math.isqrt(rho - 1) // wy
+            jlo, jhi = NB._clip_rows(half, True, dI, wx, wy, hy)
+            assert -hy <= jlo and jhi <= hy
             for dJ in range(-hy, hy + 1):
                 if jlo <= dJ <= jhi:
                     continue

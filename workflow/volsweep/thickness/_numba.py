@@ -1482,6 +1482,28 @@ def _row_clip(d2, bits, i, j, k, a, sxi, syi, t):
     return any_up
 
 
+@njit(inline="always", **_OPTS)
+def _clip_rows(half, clip, di, sxi, syi, hmax):
+    # The row offsets [jlo, jhi] (within [-hmax, hmax]) of the plane at offset di that lie in
+    # no uphill half-plane of _row_clip (half; all of them unless clip): a row dJ lies in
+    # one when 2 (sx^2 di ei + sy^2 dJ dj) > half[...] for its neighbour e = (ei, dj, 0).
+    if not clip:
+        return -hmax, hmax
+    wy = 2 * syi * syi
+    inv = 1.0 / wy
+    x0 = 2 * di * sxi * sxi
+    below = -(hmax + 1) * wy  # any bound below it leaves no row: kept within _floor_div's range
+    jhi = hmax
+    up = min(half[0] + x0, half[1], half[2] - x0)
+    if up < hmax * wy:
+        jhi = _floor_div(max(up, below), wy, inv)
+    jlo = -hmax
+    down = min(half[3] + x0, half[4], half[5] - x0)
+    if down < hmax * wy:
+        jlo = -_floor_div(max(down, below), wy, inv)
+    return jlo, jhi
+
+
 @njit(**_OPTS)
 def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi, szi, lo0, lo1,
               lo2, hi0, hi1, hi2, hmax, out, q0, q1):
@@ -1500,8 +1522,6 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
     m1 = np.searchsorted(cand, min(p1 + hmax, n0) * n1 * n2)
     best = np.empty(12, np.int64)
     half = np.empty(6, np.int64)
-    wy = 2 * syi * syi
-    inv_wy = 1.0 / wy
     for m in range(m0, m1):
         p = cand[m]
         i = p // (n1 * n2)
@@ -1533,17 +1553,11 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
             dx = (ii - i) * sxi
             rho = a - dx * dx
             hj = hwy[rho]
-            jhi = 0 if jp else hj
-            jlo = 0 if jm else -hj
-            if clip:
-                # rows dJ with 2 (sx^2 dI di + sy^2 dJ dj) > half lie in an uphill ball
-                x0 = 2 * (ii - i) * sxi * sxi
-                up = min(half[0] + x0, half[1], half[2] - x0)
-                if up < jhi * wy:
-                    jhi = _floor_div(up, wy, inv_wy)
-                down = min(half[3] + x0, half[4], half[5] - x0)
-                if down < -jlo * wy:
-                    jlo = -_floor_div(down, wy, inv_wy)
+            jlo, jhi = _clip_rows(half, clip, ii - i, sxi, syi, hj)
+            if jp:
+                jhi = min(jhi, 0)
+            if jm:
+                jlo = max(jlo, 0)
             for jj in range(max(j + jlo, lo1), min(j + jhi, hi1 - 1) + 1):
                 dy = (jj - j) * syi
                 hk = hwz[rho - dy * dy]
