@@ -130,23 +130,30 @@ def test_distance_maps_equal_oracle():
 
 
 def test_distance_maps_equal_oracle_on_long_and_grouped_lines():
-    # Axis 1 is searched NB.GROUP_LINES lines at a time for up to NB.GROUP_SPAN steps: a
-    # fine part (groups that finish), a solid part with a few background voxels (groups
-    # that need more steps and take the per-line pass, lines along axis 0 without any
-    # background) and a width that is not a multiple of the group.
+    # Axes 1 and 2 are searched NB.GROUP_LINES lines at a time for up to NB.GROUP_SPAN
+    # steps (axis 2 on the transposed plane): a fine part (groups that finish), a solid part
+    # with a few background voxels (groups that need more steps and take the per-line
+    # pass, lines along axis 0 without any background) and widths that are not multiples of
+    # the group; then the same phase with axes 1 and 2 swapped.
     rng = np.random.default_rng(11)
     shape = (9, 2 * NB.GROUP_SPAN + 7, NB.GROUP_LINES * 2 + 5)
     phase = np.ones(shape, bool)
     phase[:, :, :NB.GROUP_LINES] = rng.random((9, shape[1], NB.GROUP_LINES)) < 0.7
     phase[0, :, :NB.GROUP_LINES] = False
     phase[4, 1, -3] = phase[0, -2, -1] = False
-    for spacing in [(1, 1, 1), (2, 1, 3), (0.65, 0.65, 2.0)]:
-        ref, w, _ = oracle_d2_int(phase, spacing)
-        got = CPU.edt_sq(phase, w)
-        np.testing.assert_array_equal(got, ref)
-        # groups that finish, and groups that hand over (lines without background)
-        assert ref[:, :, :NB.GROUP_LINES].max() < (NB.GROUP_SPAN * w[1]) ** 2
-        assert phase[:, :, NB.GROUP_LINES:].all(axis=0).any()
+    for swap in (False, True):
+        x = np.ascontiguousarray(phase.transpose(0, 2, 1)) if swap else phase
+        fine = (slice(None), slice(0, NB.GROUP_LINES)) if swap else (
+            slice(None), slice(None), slice(0, NB.GROUP_LINES))
+        for spacing in [(1, 1, 1), (2, 1, 3), (0.65, 0.65, 2.0)]:
+            ref, w, _ = oracle_d2_int(x, spacing)
+            np.testing.assert_array_equal(CPU.edt_sq(x, w), ref)
+            # groups that finish, and groups that hand over: lines of the searched axis
+            # without a finite value after axis 0, longer than 2 GROUP_SPAN + 1 steps
+            assert ref[fine].max() < (NB.GROUP_SPAN * min(w[1:])) ** 2
+            assert x.all(axis=(0, 2) if swap else (0, 1)).any()
+            assert x.shape[2 if swap else 1] > 2 * NB.GROUP_SPAN + 1 and np.isfinite(ref).all()
+
 
 def test_known_shapes():
     # A 5-voxel-thick slab (axis 0), infinite along the others: D at its middle is 3,

@@ -39,9 +39,11 @@ _LEAF = dict(cache=True, nogil=True, _nrt=False)
 # outwards voxel by voxel (a few steps); longer ones take the lower envelope of
 # parabolas (Meijster et al.), linear in the line's length whatever the distances.
 BRUTE_SPAN = 16
-# Axis 1 is searched GROUP_LINES lines at a time, up to GROUP_SPAN steps from each voxel.
+# Axes 1 and 2 are searched GROUP_LINES lines at a time, up to GROUP_SPAN steps from each
+# voxel (axis 2 on a transposed plane, in tiles of TRANSPOSE_TILE^2).
 GROUP_LINES = 16
 GROUP_SPAN = 32
+TRANSPOSE_TILE = 32
 
 
 def _neighbour_bit(di, dj, dk):
@@ -187,82 +189,113 @@ def _line(src, dst, w, s, fs, t):
             q -= 1
 
 
-@njit(inline="always", **_OPTS)
-def _group_axis1(src, dst, j, k0, k1, fw):
+@njit(**_LEAF)
+def _group_lines(src, dst, j, k0, k1, fw):
     # dst[j, k] = min over d of src[j +- d, k] + (d fw)^2 for the lines k in [k0, k1) at
-    # once (contiguous: the loops vectorise), stepping d until (d fw)^2 reaches the group's
-    # largest value; False when that needs more than GROUP_SPAN steps.
+    # once (contiguous: the loops vectorise), stepping d while a value exceeds (d fw)^2;
+    # False when that needs more than GROUP_SPAN steps.  The stop test counts the values
+    # above the next step's term (a float max would keep the loops scalar).
     n1 = src.shape[0]
-    top = 0.0
-    for k in range(k0, k1):
-        v = src[j, k]
-        dst[j, k] = v
-        top = max(top, v)
+    out = dst[j, k0:k1]
+    cur = src[j, k0:k1]
+    m = out.size
+    above_next = 0
+    for k in range(m):
+        v = cur[k]
+        out[k] = v
+        above_next += v > fw * fw
     d = 1
-    while True:
-        c = (d * fw) * (d * fw)
-        if c >= top:
-            return True
+    while above_next:
         if d > GROUP_SPAN:
             return False
         below = j - d >= 0
         above = j + d < n1
         if not (below or above):
             return True
-        top = 0.0
+        c = (d * fw) * (d * fw)
+        cn = ((d + 1) * fw) * ((d + 1) * fw)
+        above_next = 0
         if below and above:
-            for k in range(k0, k1):
-                b = min(min(src[j - d, k], src[j + d, k]) + c, dst[j, k])
-                dst[j, k] = b
-                top = max(top, b)
+            lo = src[j - d, k0:k1]
+            hi = src[j + d, k0:k1]
+            for k in range(m):
+                x = lo[k]
+                y = hi[k]
+                x = (x if x < y else y) + c
+                y = out[k]
+                b = x if x < y else y
+                out[k] = b
+                above_next += b > cn
         else:
-            jn = j - d if below else j + d
-            for k in range(k0, k1):
-                b = min(src[jn, k] + c, dst[j, k])
-                dst[j, k] = b
-                top = max(top, b)
+            nb = src[j - d, k0:k1] if below else src[j + d, k0:k1]
+            for k in range(m):
+                x = nb[k] + c
+                y = out[k]
+                b = x if x < y else y
+                out[k] = b
+                above_next += b > cn
         d += 1
+    return True
+
+
+@njit(**_OPTS)
+def _plane_pass(src, dst, w, long, col, res, s, fs, t):
+    # dst = the distance pass along axis 0 of the plane src (n1, n2): GROUP_LINES lines at a
+    # time (_group_lines); the lines of a group that needs more steps take _line.
+    n1, n2 = src.shape
+    long[:] = False
+    ngroups = long.size
+    for j in range(n1):
+        for g in range(ngroups):
+            if not long[g]:
+                k0 = g * GROUP_LINES
+                long[g] = not _group_lines(src, dst, j, k0, min(k0 + GROUP_LINES, n2), float(w))
+    for g in range(ngroups):
+        if long[g]:
+            for k in range(g * GROUP_LINES, min((g + 1) * GROUP_LINES, n2)):
+                for j in range(n1):
+                    col[j] = src[j, k]
+                _line(col[:n1], res[:n1], w, s, fs, t)
+                for j in range(n1):
+                    dst[j, k] = res[j]
+
+
+@njit(inline="always", **_OPTS)
+def _transpose(src, dst):
+    # dst = src.T in tiles of TRANSPOSE_TILE^2 (both stay in cache).
+    n1, n2 = src.shape
+    for jb in range(0, n1, TRANSPOSE_TILE):
+        for kb in range(0, n2, TRANSPOSE_TILE):
+            for j in range(jb, min(jb + TRANSPOSE_TILE, n1)):
+                for k in range(kb, min(kb + TRANSPOSE_TILE, n2)):
+                    dst[k, j] = src[j, k]
 
 
 @njit(**_OPTS)
 def edt_axis12(fin, sy, sz, out, i0, i1):
-    # The distance passes along axes 1 then 2 for planes [i0, i1), one plane at a time
-    # through a plane buffer; returns the largest finite value written (0.0 if none).
-    # Axis 1 goes GROUP_LINES lines at a time (_group_axis1); a group that needs more steps
-    # takes the per-line pass (_line), as does every line along axis 2.
+    # The distance passes along axes 1 then 2 for planes [i0, i1), one plane at a time:
+    # axis 1 in place of the plane, axis 2 on its transpose, both by _plane_pass; returns
+    # the largest finite value written (0.0 if none).
     n0, n1, n2 = fin.shape
     m = max(n1, n2)
     s = np.empty(m, np.int64)
     fs = np.empty(m, np.int64)
     t = np.empty(m, np.int64)
+    col = np.empty(m, np.float64)
+    res = np.empty(m, np.float64)
     buf = np.empty((n1, n2), np.float64)
-    col = np.empty(n1, np.float64)
-    res = np.empty(n1, np.float64)
-    ngroups = (n2 + GROUP_LINES - 1) // GROUP_LINES
-    long = np.empty(ngroups, np.bool_)
-    wy = np.int64(sy)
-    wz = np.int64(sz)
+    tb = np.empty((n2, n1), np.float64)
+    tr = np.empty((n2, n1), np.float64)
+    long1 = np.empty((n2 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
+    long2 = np.empty((n1 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
     mx = 0.0
     for i in range(i0, i1):
-        src = fin[i]
-        long[:] = False
-        for j in range(n1):
-            for g in range(ngroups):
-                if not long[g]:
-                    k0 = g * GROUP_LINES
-                    long[g] = not _group_axis1(src, buf, j, k0, min(k0 + GROUP_LINES, n2),
-                                               float(wy))
-        for g in range(ngroups):
-            if long[g]:
-                for k in range(g * GROUP_LINES, min((g + 1) * GROUP_LINES, n2)):
-                    for j in range(n1):
-                        col[j] = src[j, k]
-                    _line(col, res, wy, s, fs, t)
-                    for j in range(n1):
-                        buf[j, k] = res[j]
+        _plane_pass(fin[i], buf, np.int64(sy), long1, col, res, s, fs, t)
+        _transpose(buf, tb)
+        _plane_pass(tb, tr, np.int64(sz), long2, col, res, s, fs, t)
+        _transpose(tr, out[i])
         for j in range(n1):
             row = out[i, j]
-            _line(buf[j], row, wz, s, fs, t)
             for k in range(n2):
                 v = row[k]
                 if v > mx and v != np.inf:
