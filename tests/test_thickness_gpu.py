@@ -370,24 +370,51 @@ def test_gpu_disc_need_table_stays_on_the_device_and_grows():
     cpu = T.local_thickness(phase, spacing=spacing, device="cpu")
     x = cp.asarray(phase)
     np.testing.assert_array_equal(T.local_thickness(x, spacing=spacing).get(), cpu)
-    table = G.DISC_NEEDS._table
+    table = G.DISC_NEEDS.current()
     np.testing.assert_array_equal(T.local_thickness(x, spacing=spacing).get(), cpu)
-    assert G.DISC_NEEDS._table is table and table.shape[1] == TAB.INT_TABLE_MAX
+    assert G.DISC_NEEDS.current() is table and table.shape[1] == TAB.INT_TABLE_MAX
     small = blobs((15, 16, 17), sigma=1.5, seed=9)
     solid = np.ones((30, 31, 29), bool)
     solid[3, 20, 7] = solid[25, 4, 22] = False
     T.local_thickness(cp.asarray(small))
-    short = G.DISC_NEEDS._table
+    short = G.DISC_NEEDS.current()
     assert short.shape[1] < TAB.INT_TABLE_MAX
     np.testing.assert_array_equal(T.local_thickness(cp.asarray(solid)).get(),
                                   oracle_local_thickness(solid, (1, 1, 1)))
-    grown = G.DISC_NEEDS._table
+    grown = G.DISC_NEEDS.current()
     assert grown.shape[1] > short.shape[1]
     np.testing.assert_array_equal(T.local_thickness(cp.asarray(small)).get(),
                                   oracle_local_thickness(small, (1, 1, 1)))
-    assert G.DISC_NEEDS._table is grown
+    assert G.DISC_NEEDS.current() is grown
     cols = grown.shape[1]
     np.testing.assert_array_equal(grown.get(), TAB.disc_need_table(cols - 1, 1, 1))
+
+
+@pytest.mark.gpu
+def test_gpu_caches_hold_one_entry_per_device(monkeypatch):
+    # A process that calls on two GPUs gets each device's own module and tables: an entry
+    # made under one device id is never handed to another.
+    import cupy as cp
+
+    from volsweep.thickness import _gpu as G
+
+    G.DISC_NEEDS.clear()
+    G.TABLES.clear()
+    phase = blobs((17, 15, 19), sigma=1.5, seed=4)
+    expect = oracle_local_thickness(phase, (1, 1, 1))
+    tables, needs, modules = {}, {}, {}
+    for dev in (0, 7):
+        monkeypatch.setattr(G, "_device_id", lambda dev=dev: dev)
+        np.testing.assert_array_equal(T.local_thickness(cp.asarray(phase)).get(), expect)
+        tables[dev] = G.TABLES.get(64.0, (1, 1, 1))
+        needs[dev] = G.DISC_NEEDS.current()
+        modules[dev] = G._module(dev)
+    assert tables[0][1] is not tables[7][1] and tables[0][2] is not tables[7][2]
+    assert needs[0] is not None and needs[7] is not None and needs[0] is not needs[7]
+    np.testing.assert_array_equal(needs[0].get(), needs[7].get())
+    assert modules[0] is not modules[7]
+    monkeypatch.setattr(G, "_device_id", lambda: 0)
+    assert G.DISC_NEEDS.current() is needs[0] and G.TABLES.get(64.0, (1, 1, 1))[1] is tables[0][1]
 
 
 @pytest.mark.gpu

@@ -24,8 +24,9 @@ FMAs, so the GPU and the CPU give bit-identical results:
    table of power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
    diameters through ``_tables.diameter_lut``.
 
-Module-level state (compiled module, pruning tables) lives for the process: no
-per-call compilation, and the tables only grow when a larger radius is seen.
+Module-level state (compiled module, pruning tables, disc needs) lives for the process,
+one entry per CUDA device: no per-call compilation, and the tables only grow when a
+larger radius is seen.
 This module imports CuPy lazily and never imports edt, numba, zarr or dask.
 """
 
@@ -576,15 +577,22 @@ extern "C" __global__ void lt_pushdown(unsigned int* __restrict__ M, long long l
 _BLOCK = 256
 
 
+def _device_id() -> int:
+    """The current CUDA device: the caches below hold one entry per device."""
+    import cupy as cp
+
+    return cp.cuda.Device().id
+
+
 @functools.cache
-def _module():
+def _module(device_id: int):
     import cupy as cp
 
     return cp.RawModule(code=CUDA_SOURCE, options=("-std=c++11",))
 
 
 def _kernel(name):
-    return _module().get_function(name)
+    return _module(_device_id()).get_function(name)
 
 
 def _grid(n: int, per_block: int = _BLOCK) -> tuple[int]:
@@ -592,7 +600,7 @@ def _grid(n: int, per_block: int = _BLOCK) -> tuple[int]:
 
 
 class _Tables:
-    """Pruning tables (``_tables.prune_table``) on the device, per lattice."""
+    """Pruning tables (``_tables.prune_table``) on the current device, per device and lattice."""
 
     def __init__(self):
         self._tables = {}
@@ -600,8 +608,9 @@ class _Tables:
     def get(self, r2need: float, spacing):
         import cupy as cp
 
-        key = tuple(float(s) for s in spacing)
-        levels, need, cap = prune_table(r2need, key)
+        lattice = tuple(float(s) for s in spacing)
+        levels, need, cap = prune_table(r2need, lattice)
+        key = (_device_id(), lattice)
         t = self._tables.get(key)
         if t is None or t[0] != cap:
             t = (cap, cp.asarray(levels), cp.asarray(np.ascontiguousarray(need)))
@@ -616,26 +625,33 @@ TABLES = _Tables()
 
 
 class _DiscNeeds:
-    """``_tables.disc_need_table`` on the device for the last lattice's weights along axes
+    """``_tables.disc_need_table`` on each device for its last lattice's weights along axes
     1 and 2, as long as the longest asked so far (``_tables.table_length``): a column does
     not depend on the table's length, so a longer table serves every shorter one.
     Lattices of large weights read the full table (75 MB) in every call, which no longer
     crosses to the device each time."""
 
     def __init__(self):
-        self._key, self._table = None, None
+        self._by_device = {}  # device id: ((wy, wz), table)
 
     def get(self, tab: int, wy: int, wz: int):
         import cupy as cp
 
-        if self._key != (wy, wz) or self._table is None or self._table.shape[1] <= tab:
-            self._key, self._table = None, None  # freed before the next one is built
-            self._table = cp.asarray(disc_need_table(tab, wy, wz), dtype=cp.float64)
-            self._key = (wy, wz)
-        return self._table
+        dev = _device_id()
+        key, table = self._by_device.get(dev, (None, None))
+        if key != (wy, wz) or table.shape[1] <= tab:
+            self._by_device.pop(dev, None)  # freed before the next one is built
+            table = None
+            table = cp.asarray(disc_need_table(tab, wy, wz), dtype=cp.float64)
+            self._by_device[dev] = ((wy, wz), table)
+        return table
+
+    def current(self):
+        """The current device's table, or None."""
+        return self._by_device.get(_device_id(), (None, None))[1]
 
     def clear(self):
-        self._key, self._table = None, None
+        self._by_device.clear()
 
 
 DISC_NEEDS = _DiscNeeds()
