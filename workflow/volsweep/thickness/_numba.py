@@ -44,6 +44,8 @@ BRUTE_SPAN = 16
 GROUP_LINES = 16
 GROUP_SPAN = 32
 TRANSPOSE_TILE = 32
+# The bits of +inf as int64: finite non-negative doubles have smaller bits.
+_INF_BITS = np.int64(0x7FF0000000000000)
 
 
 def _neighbour_bit(di, dj, dk):
@@ -288,19 +290,20 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     tr = np.empty((n2, n1), np.float64)
     long1 = np.empty((n2 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
     long2 = np.empty((n1 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
-    mx = 0.0
+    mx = np.int64(0)
     for i in range(i0, i1):
         _plane_pass(fin[i], buf, np.int64(sy), long1, col, res, s, fs, t)
         _transpose(buf, tb)
         _plane_pass(tb, tr, np.int64(sz), long2, col, res, s, fs, t)
         _transpose(tr, out[i])
-        for j in range(n1):
-            row = out[i, j]
-            for k in range(n2):
-                v = row[k]
-                if v > mx and v != np.inf:
-                    mx = v
-    return mx
+        # the largest finite value, on the bits (non-negative doubles order as their
+        # bits; a float max would keep the loop scalar)
+        bits = tr.reshape(-1).view(np.int64)
+        for q in range(bits.size):
+            b = bits[q]
+            b = b if b < _INF_BITS else np.int64(0)
+            mx = mx if mx > b else b
+    return np.array([mx]).view(np.float64)[0]
 
 
 @njit(inline="always", **_OPTS)
