@@ -240,18 +240,26 @@ def _group_lines(src, dst, j, k0, k1, fw):
     return True
 
 
-@njit(**_OPTS)
-def _plane_pass(src, dst, w, long, col, res, s, fs, t):
-    # dst = the distance pass along axis 0 of the plane src (n1, n2): GROUP_LINES lines at a
-    # time (_group_lines); the lines of a group that needs more steps take _line.
+@njit(inline="always", **_OPTS)
+def _grouped(src, dst, fw, long):
+    # dst = the distance pass along axis 0 of the plane src (n1, n2), GROUP_LINES lines at a
+    # time (_group_lines); long[g]: group g needs more steps (its lines of dst not done).
     n1, n2 = src.shape
     long[:] = False
-    ngroups = long.size
     for j in range(n1):
-        for g in range(ngroups):
+        for g in range(long.size):
             if not long[g]:
                 k0 = g * GROUP_LINES
-                long[g] = not _group_lines(src, dst, j, k0, min(k0 + GROUP_LINES, n2), float(w))
+                long[g] = not _group_lines(src, dst, j, k0, min(k0 + GROUP_LINES, n2), fw)
+
+
+@njit(**_OPTS)
+def _plane_pass(src, dst, w, long, col, res, s, fs, t):
+    # dst = the distance pass along axis 0 of the plane src (n1, n2): _grouped, then _line
+    # for the lines of the groups that need more steps.
+    n1, n2 = src.shape
+    _grouped(src, dst, float(w), long)
+    ngroups = long.size
     for g in range(ngroups):
         if long[g]:
             for k in range(g * GROUP_LINES, min((g + 1) * GROUP_LINES, n2)):
@@ -276,8 +284,9 @@ def _transpose(src, dst):
 @njit(**_OPTS)
 def edt_axis12(fin, sy, sz, out, i0, i1):
     # The distance passes along axes 1 then 2 for planes [i0, i1), one plane at a time:
-    # axis 1 in place of the plane, axis 2 on its transpose, both by _plane_pass; returns
-    # the largest finite value written (0.0 if none).
+    # axis 1 on the plane (_plane_pass), axis 2 grouped on its transpose, the lines of the
+    # groups that need more steps on the plane's rows (_line); returns the largest finite
+    # value written (0.0 if none).
     n0, n1, n2 = fin.shape
     m = max(n1, n2)
     s = np.empty(m, np.int64)
@@ -294,11 +303,18 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     for i in range(i0, i1):
         _plane_pass(fin[i], buf, np.int64(sy), long1, col, res, s, fs, t)
         _transpose(buf, tb)
-        _plane_pass(tb, tr, np.int64(sz), long2, col, res, s, fs, t)
-        _transpose(tr, out[i])
+        _grouped(tb, tr, float(sz), long2)
+        row = out[i]
+        if not long2.all():
+            _transpose(tr, row)
+        # the lines of the groups that need more steps: per line, on the plane's rows
+        for g in range(long2.size):
+            if long2[g]:
+                for j in range(g * GROUP_LINES, min((g + 1) * GROUP_LINES, n1)):
+                    _line(buf[j], row[j], np.int64(sz), s, fs, t)
         # the largest finite value, on the bits (non-negative doubles order as their
         # bits; a float max would keep the loop scalar)
-        bits = tr.reshape(-1).view(np.int64)
+        bits = row.reshape(-1).view(np.int64)
         for q in range(bits.size):
             b = bits[q]
             b = b if b < _INF_BITS else np.int64(0)
