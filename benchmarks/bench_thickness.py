@@ -231,7 +231,7 @@ def stage_times(phase, device):
     clock.mark()
     cand, extra = impl.candidates(d2, weights, *box, float("inf"))
     clock.mark()
-    ranks, values = impl.paint(d2, cand, weights, *box, extra, r2s=d2.reshape(-1)[cand])
+    ranks, values = impl.paint(d2, cand, weights, *box, extra, r2s=impl.centre_r2(d2, cand))
     clock.mark()
     impl.finish(ranks, values, scale)
     clock.mark()

@@ -172,6 +172,19 @@ def test_known_shapes():
     assert T.local_thickness(one)[2, 2, 2] == 2.0
 
 
+def test_centre_r2_is_the_distance_at_each_centre(monkeypatch):
+    # The squared radii of the kept centres, gathered on the thread pool in ranges, equal
+    # numpy's gather whatever the number of threads (and for no centre at all).
+    phase = blobs((23, 17, 29), sigma=2, seed=5)
+    d2 = CPU.edt_sq(phase, (2, 1, 3)).copy()
+    cand, _ = CPU.candidates(d2, (2, 1, 3), (0, 0, 0), phase.shape, np.inf)
+    assert cand.size > 100
+    for threads in (1, 3):
+        monkeypatch.setattr(CPU, "cpu_threads", lambda threads=threads: threads)
+        np.testing.assert_array_equal(CPU.centre_r2(d2, cand), d2.reshape(-1)[cand])
+    assert CPU.centre_r2(d2, cand[:0]).size == 0
+
+
 def test_pruning_keeps_far_fewer_centres_and_stays_exact():
     phase = blobs((40, 40, 40), sigma=3, seed=7)
     d2 = CPU.edt_sq(phase, (1, 1, 1)).copy()

@@ -108,7 +108,7 @@ def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep):
     impl = _backend(device)
     d2 = impl.edt_sq(phase, weights)
     cand, extra = impl.candidates(d2, weights, box_lo, box_hi, r2keep)
-    r2s = d2.reshape(-1)[cand]
+    r2s = impl.centre_r2(d2, cand)
     r2max = float(r2s.max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max

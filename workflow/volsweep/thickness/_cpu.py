@@ -107,7 +107,7 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
     """
     phase = np.ascontiguousarray(phase, dtype=bool)
     wx, wy, wz = (float(w) for w in weights)
-    if not (~phase).any():
+    if phase.all():
         return np.full(phase.shape, np.inf)
     if method == "edt":
         import edt
@@ -137,6 +137,13 @@ def _finite_max(d2: np.ndarray) -> float:
         return value
     fin = d2[np.isfinite(d2)]
     return float(fin.max()) if fin.size else 0.0
+
+
+def centre_r2(d2: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """``d2`` at the flat indices ``cand`` (``d2.reshape(-1)[cand]``, on the thread pool)."""
+    out = np.empty(cand.size, d2.dtype)
+    _run(_kernels().take, cand.size, d2.reshape(-1), cand, out)
+    return out
 
 
 def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
@@ -194,7 +201,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     out = _scratch("paint_ranks", shape, np.uint32)
     cand = np.ascontiguousarray(cand, dtype=np.int64)
     if r2s is None:
-        r2s = d2.reshape(-1)[cand]
+        r2s = centre_r2(d2, cand)
     small = cand.size and r2s.max() < EXACT_LIMIT
     if small:
         r2i = r2s.astype(np.int64)
@@ -203,7 +210,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         # exact integers: rank_lut[B] = how many values are <= B, by counting (no sort)
         # up to the tables' end; the values past it, if any, by a sort
         present = np.zeros(min(int(r2i.max()) + 1, INT_TABLE_MAX), np.bool_)
-        present[r2i[r2i < present.size]] = True
+        present[r2i if r2i.max() < present.size else r2i[r2i < present.size]] = True
         rank_lut = np.cumsum(present, dtype=np.uint32)
         if r2i.max() < present.size:
             values = np.flatnonzero(present).astype(np.float64)

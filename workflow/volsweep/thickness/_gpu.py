@@ -730,6 +730,11 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
     return cand, None
 
 
+def centre_r2(d2, cand):
+    """``d2`` at the flat indices ``cand``."""
+    return d2.ravel()[cand]
+
+
 @functools.cache
 def _finite_max_kernel():
     import cupy as cp
@@ -766,7 +771,7 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
 
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
     if r2s is None:
-        r2s = d2.ravel()[cand]
+        r2s = centre_r2(d2, cand)
     values = cp.unique(r2s)
     if cand.size == 0 or math.prod(shape) == 0:
         return cp.zeros(shape, cp.uint32), values

@@ -1622,6 +1622,13 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
 
 
 @njit(**_OPTS)
+def take(flat, idx, out, m0, m1):
+    # out[m] = flat[idx[m]] for m in [m0, m1): numpy's take, by ranges.
+    for m in range(m0, m1):
+        out[m] = flat[idx[m]]
+
+
+@njit(**_OPTS)
 def finish_lut(ranks, lut, out, i0, i1):
     # out = lut[ranks] for planes [i0, i1).
     n0, n1, n2 = ranks.shape
