@@ -1616,8 +1616,12 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
                 base = ((ii - lo0) * s1 + (jj - lo1)) * s2 - lo2
                 k0 = k + hk if km else k - hk
                 k1 = k - hk if kp else k + hk
-                for t in range(base + max(k0, lo2), base + min(k1, hi2 - 1) + 1):
-                    flat[t] = max(flat[t], rank)
+                # unsigned positions: numba then adds no negative-index wrap, and the
+                # loop vectorises
+                t0 = base + max(k0, lo2)
+                for t in range(base + min(k1, hi2 - 1) + 1 - t0):
+                    u = np.uint64(t0) + np.uint64(t)
+                    flat[u] = max(flat[u], rank)
     return out
 
 
