@@ -41,7 +41,7 @@ _LEAF = dict(cache=True, nogil=True, _nrt=False)
 BRUTE_SPAN = 16
 # Axes 1 and 2 are searched GROUP_LINES lines at a time, up to GROUP_SPAN steps from each
 # voxel (axis 2 on a transposed plane, in tiles of TRANSPOSE_TILE^2).
-GROUP_LINES = 16
+GROUP_LINES = 64
 GROUP_SPAN = 32
 TRANSPOSE_TILE = 32
 # The bits of +inf as int64: finite non-negative doubles have smaller bits.
