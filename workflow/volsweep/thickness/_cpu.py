@@ -209,10 +209,12 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         # the values beyond them (large lattice weights put even small balls there)
         # exact integers: rank_lut[B] = how many values are <= B, by counting (no sort)
         # up to the tables' end; the values past it, if any, by a sort
-        present = np.zeros(min(int(r2i.max()) + 1, INT_TABLE_MAX), np.bool_)
-        present[r2i if r2i.max() < present.size else r2i[r2i < present.size]] = True
+        top = int(r2i.max())
+        within = top < INT_TABLE_MAX  # every squared radius inside the tables
+        present = np.zeros(top + 1 if within else INT_TABLE_MAX, np.bool_)
+        present[r2i if within else r2i[r2i < present.size]] = True
         rank_lut = np.cumsum(present, dtype=np.uint32)
-        if r2i.max() < present.size:
+        if within:
             values = np.flatnonzero(present).astype(np.float64)
         else:
             values = np.unique(r2s)
