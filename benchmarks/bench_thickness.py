@@ -129,24 +129,26 @@ CASES = {"blobs": lambda n: blobs((n,) * 3), "spheres": spheres, "pores": pores,
 
 
 # ----------------------------------------------------------------------------- timing
+def time_once(fn, device):
+    """Seconds of one call: CUDA events on the GPU, the host clock on the CPU."""
+    if device == "cuda":
+        import cupy as cp
+
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def timed(fn, repeat, device):
     """(median, all) seconds of repeat calls after one untimed call."""
     fn()
-    times = []
-    for _ in range(repeat):
-        if device == "cuda":
-            import cupy as cp
-
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
+    times = [time_once(fn, device) for _ in range(repeat)]
     return statistics.median(times), times
 
 
@@ -167,17 +169,31 @@ def run_case(name, phase, device, repeat, spacing=(1, 1, 1)):
 
 # ----------------------------------------------------------------------------- parts
 def part_cases(a, out, log):
+    # the cases alternate call by call (after one untimed call each), so that a drift of
+    # the machine's speed reaches them alike; each ratio to the blobs is also given as
+    # the median of the rounds' ratios
+    phases = {name: on_device(CASES[name](a.size), a.device) for name in a.cases}
+    calls = {name: (lambda x=x: T.local_thickness(x)) for name, x in phases.items()}
+    for fn in calls.values():
+        fn()
+    times = {name: [] for name in a.cases}
+    for _ in range(a.repeat):
+        for name, fn in calls.items():
+            times[name].append(time_once(fn, a.device))
     rows = []
-    for name in a.cases:
-        phase = CASES[name](a.size)
-        r = run_case(name, phase, a.device, a.repeat)
+    for name, x in phases.items():
+        r = {"case": name, "shape": [a.size] * 3, "spacing": [1, 1, 1],
+             "porosity": float(x.mean()), "median_s": statistics.median(times[name]),
+             "times_s": times[name]}
         rows.append(r)
         log(f"{name:9s} {a.size}^3  median {r['median_s']:.4f} s  (all {fmt(r['times_s'])})")
-    base = next((r["median_s"] for r in rows if r["case"] == "blobs"), None)
-    if base:
+    if "blobs" in times:
         for r in rows:
-            r["ratio_to_blobs"] = r["median_s"] / base
-            log(f"  {r['case']:9s} / blobs = {r['ratio_to_blobs']:.2f}")
+            r["ratio_to_blobs"] = r["median_s"] / statistics.median(times["blobs"])
+            r["ratio_to_blobs_rounds"] = statistics.median(
+                t / b for t, b in zip(r["times_s"], times["blobs"]))
+            log(f"  {r['case']:9s} / blobs = {r['ratio_to_blobs']:.2f} (median of the rounds' "
+                f"ratios {r['ratio_to_blobs_rounds']:.2f})")
     out["cases"] = rows
 
 
