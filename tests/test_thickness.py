@@ -390,6 +390,28 @@ def assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch):
 
 
 @pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2), (2, 1, 1), (13, 13, 40)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_disc_thresholds_equal_their_formula(weights, threads, monkeypatch):
+    # th[r, c, d + h] = need2[t, D2 - (d w0)^2] + ((d - ex) w0)^2 (class c = (ex + 1) * 4 + t),
+    # 0 past the ball's planes: numpy on whole arrays against the kernel's rows
+    monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
+    w = weights[0]
+    rng = np.random.default_rng(threads)
+    vals = np.unique(rng.integers(1, (32 * w) ** 2, 300))
+    vals = vals[CPU._half_extent(vals.astype(float), w) < 32]
+    need2 = TAB.disc_need_table(int(vals[-1]), weights[1], weights[2])
+    h = CPU._half_extent(vals.astype(float), w)
+    d = np.arange(64)[None, :] - h[:, None]
+    inside = d <= h[:, None]
+    rho = np.where(inside, vals[:, None] - (d * w) ** 2, 0).clip(0)
+    want = np.zeros((vals.size, 12, 64), np.int64)
+    for c in range(12):
+        ex, t = c // 4 - 1, c % 4
+        want[:, c] = np.where(inside, need2[(t >> 1) * 3 + (t & 1)][rho] + ((d - ex) * w) ** 2, 0)
+    np.testing.assert_array_equal(CPU.disc_thresholds(vals, need2, w), want)
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2), (2, 1, 1), (13, 13, 40)])
 def test_disc_mask_table_equals_the_thresholds(weights):
     # lut[a, c, delta] is _small_mask's test of a class-c neighbour of D2 = a + delta
     # against disc_thresholds, at every delta (beyond the table: its last column).

@@ -324,18 +324,19 @@ def _half_extent(r2s: np.ndarray, w: int) -> np.ndarray:
 def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int) -> np.ndarray:
     """th[r, c, d + h]: the disc at plane offset d of a ball of D2 = vals[r] (h < 32 its half
     extent) lies inside the disc of a neighbour of class c = (ex + 1) * 4 + |ey| * 2 + |ek|
-    iff D2(q) > th (see the kernel disc_skip_masks_bits)."""
-    th = np.zeros((vals.size, 12, 64), np.int64)
-    if vals.size == 0:
-        return th
+    iff D2(q) > th (see the kernel disc_skip_masks_bits); 0 past the ball's planes.
+
+    Examples
+    --------
+    >>> from volsweep.thickness._tables import disc_need_table
+    >>> th = disc_thresholds(np.array([4]), disc_need_table(4, 1, 1), 1)
+    >>> th[0, 0, :4].tolist()  # D2 = 4 (h = 1); class 0: the neighbour one plane behind
+    [2, 3, 6, 0]
+    """
+    vals = np.ascontiguousarray(vals, dtype=np.int64)
+    th = np.empty((vals.size, 12, 64), np.int64)
     h = _half_extent(vals.astype(np.float64), w)
-    d = np.arange(64)[None, :] - h[:, None]           # plane offset of column x = d + h
-    valid = d <= h[:, None]
-    rho = np.where(valid, vals[:, None] - (d * w) ** 2, 0)
-    for c in range(12):
-        ex, t = c // 4 - 1, c % 4
-        row = need2[(t >> 1) * 3 + (t & 1)]
-        th[:, c, :] = np.where(valid, row[np.maximum(rho, 0)] + ((d - ex) * w) ** 2, 0)
+    _run(_kernels().disc_thresholds, vals.size, vals, h, need2, int(w), th)
     return th
 
 

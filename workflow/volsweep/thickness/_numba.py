@@ -773,6 +773,25 @@ def paint_order(ranks, skip, nvals):
 
 
 @njit(**_OPTS)
+def disc_thresholds(vals, h, need2, w, th, r0, r1):
+    # th[r, c, d + h[r]] for rows [r0, r1) (_cpu.disc_thresholds): need2[t, rho] + ((d -
+    # ex) w)^2 with rho = vals[r] - (d w)^2, class c = (ex + 1) * 4 + t, t = |ey| * 2 + |ek|
+    # (need2's row (t >> 1) * 3 + (t & 1)); 0 past the ball's planes (d > h[r]).
+    for r in range(r0, r1):
+        for c in range(12):
+            ex = c // 4 - 1
+            t = c % 4
+            row = need2[(t >> 1) * 3 + (t & 1)]
+            for x in range(64):
+                d = x - h[r]
+                if d > h[r]:
+                    th[r, c, x] = 0
+                else:
+                    rho = max(vals[r] - (d * w) ** 2, 0)
+                    th[r, c, x] = row[rho] + ((d - ex) * w) ** 2
+
+
+@njit(**_OPTS)
 def slab_lists(ci, ext, lo0, hi0, g):
     # Per slab of g output planes, the positions of the centres whose ball reaches it
     # (increasing: the centre arrays are in painting order and read sequentially); ext is
