@@ -177,6 +177,37 @@ def test_known_shapes():
     assert T.local_thickness(one)[2, 2, 2] == 2.0
 
 
+@pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
+def test_slab_lists_hold_the_balls_with_a_visible_disc(lo0, hi0):
+    # With disc masks, ball t is listed in slab sl iff one of its planes in the box and in
+    # the slab has a clear bit (a visible disc), in increasing t; without, iff it reaches
+    # the slab.  Balls of up to 70 planes span two mask words.
+    K = CPU._kernels()
+    rng = np.random.default_rng(lo0)
+    n, g = 300, 4
+    ci = rng.integers(-10, 50, n)
+    ext = rng.integers(-1, 36, n)
+    moff = np.zeros(n + 1, np.int64)
+    np.cumsum((2 * ext + 64) // 64, out=moff[1:])
+    masks = rng.integers(0, 2**64 - 1, moff[-1], dtype=np.uint64, endpoint=True)
+    masks[rng.random(masks.size) < 0.3] = np.uint64(2**64 - 1)  # some balls wholly hidden
+    for masked in (True, False):
+        args = (masks, moff[:-1]) if masked else (np.empty(0, np.uint64), np.empty(0, np.int64))
+        start, lists = K.slab_lists(ci, ext, lo0, hi0, g, *args)
+        nslab = (hi0 - lo0 + g - 1) // g
+        assert start.size == nslab + 1
+        for sl in range(nslab):
+            want = []
+            for t in range(n):
+                planes = [p for p in range(ci[t] - ext[t], ci[t] + ext[t] + 1)
+                          if lo0 <= p < hi0 and lo0 + sl * g <= p < lo0 + sl * g + g]
+                bits = [p - ci[t] + ext[t] for p in planes]
+                if any(not masked or not (int(masks[moff[t] + x // 64]) >> int(x % 64)) & 1
+                       for x in bits):
+                    want.append(t)
+            assert lists[start[sl]:start[sl + 1]].tolist() == want, (masked, sl)
+
+
 def test_centre_r2_is_the_distance_at_each_centre(monkeypatch):
     # The squared radii of the kept centres, gathered on the thread pool in ranges, equal
     # numpy's gather whatever the number of threads (and for no centre at all).

@@ -235,7 +235,9 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         ext = _half_extent(r2s, wi[0])
         order = k.paint_order(ranks, np.zeros(cand.size, np.uint8), int(values.size))
         ci, cj, ck, r2s, ranks, ext = (a[order] for a in (ci, cj, ck, r2s, ranks, ext))
-        start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g)
+        # no disc masks here: each ball is listed in every slab it reaches
+        start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g, np.empty(0, np.uint64),
+                                    np.empty(0, np.int64))
         _run(k.paint_bits, start.size - 1, start, lists, ext, ci, cj, ck, r2s, ranks,
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
@@ -304,7 +306,7 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     _run(k.gather_order, order.size, order, *src, *dst)
     ci, cj, ck, r2i, ranks, ext, moff = dst
     g = BITS_SLAB
-    start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g)
+    start, lists = k.slab_lists(ci, ext, lo[0], hi[0], g, masks, moff)
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
          half_table(tab, wi[1]), half_table(tab, wi[2]), far, masks, moff, *lo, *hi, g,

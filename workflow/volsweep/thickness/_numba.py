@@ -791,16 +791,40 @@ def disc_thresholds(vals, h, need2, w, th, r0, r1):
                     th[r, c, x] = row[rho] + ((d - ex) * w) ** 2
 
 
+@njit(inline="always", **_OPTS)
+def _any_visible(masks, base, x0, x1):
+    # Whether some bit in [x0, x1] of the mask words from masks[base] is clear (a visible
+    # disc among those planes).
+    for w in range(x0 >> 6, (x1 >> 6) + 1):
+        if ~masks[base + w] & _span_word(w, x0, x1):
+            return True
+    return False
+
+
+@njit(inline="always", **_OPTS)
+def _slab_visible(masks, base, c, h, a, b, lo0, g, sl):
+    # Whether the ball of centre plane c and half extent h (its planes [a, b] in the box)
+    # has a visible disc in slab sl (planes lo0 + sl g ... + g - 1).
+    p0 = max(lo0 + sl * g, a)
+    p1 = min(lo0 + sl * g + g - 1, b)
+    return _any_visible(masks, base, p0 - c + h, p1 - c + h)
+
+
 @njit(**_OPTS)
-def slab_lists(ci, ext, lo0, hi0, g):
+def slab_lists(ci, ext, lo0, hi0, g, masks, moff):
     # Per slab of g output planes, the positions of the centres whose ball reaches it
     # (increasing: the centre arrays are in painting order and read sequentially); ext is
-    # each centre's half extent along axis 0.
+    # each centre's half extent along axis 0.  With masks (moff[t]: ball t's first word,
+    # a bit per plane set when its disc is hidden, as from disc_skip_masks_bits), a ball
+    # is listed only in the slabs where one of its discs is visible: elsewhere it would
+    # paint nothing.  Hidden discs are most of a large ball's, so a ball then lands in a
+    # slab or two instead of every slab it spans.
     n = ci.size
     nslab = (hi0 - lo0 + g - 1) // g
     start = np.zeros(nslab + 1, np.int64)
     sa = np.empty(n, np.int64)
     sb = np.empty(n, np.int64)
+    masked = moff.size > 0
     for t in range(n):
         h = ext[t]
         a = max(ci[t] - h, lo0)
@@ -812,7 +836,7 @@ def slab_lists(ci, ext, lo0, hi0, g):
         sa[t] = (a - lo0) // g
         sb[t] = (b - lo0) // g
         for sl in range(sa[t], sb[t] + 1):
-            start[sl + 1] += 1
+            start[sl + 1] += not masked or _slab_visible(masks, moff[t], ci[t], h, a, b, lo0, g, sl)
     for sl in range(nslab):
         start[sl + 1] += start[sl]
     fill = np.empty(nslab, np.int64)
@@ -820,9 +844,13 @@ def slab_lists(ci, ext, lo0, hi0, g):
         fill[sl] = start[sl]
     lists = np.empty(start[nslab], np.int64)
     for t in range(n):
+        h = ext[t]
+        a = max(ci[t] - h, lo0)
+        b = min(ci[t] + h, hi0 - 1)
         for sl in range(sa[t], sb[t] + 1):
-            lists[fill[sl]] = t
-            fill[sl] += 1
+            if not masked or _slab_visible(masks, moff[t], ci[t], h, a, b, lo0, g, sl):
+                lists[fill[sl]] = t
+                fill[sl] += 1
     return start, lists
 
 
@@ -1005,7 +1033,10 @@ def _paint_rows_f(asg, live, agg, full, loc, ia, ib, ic, j0, k0, r2, rank, sx, s
                     if hk2 < 0 or lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
+                    # most live rows have no free voxel in the ball's span: tested here,
+                    # without the call
+                    if msk & ~asg[a, jj, w]:
+                        tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
     return tot
 
 
@@ -1167,7 +1198,10 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
                     if lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
+                    # most live rows have no free voxel in the ball's span: tested here,
+                    # without the call
+                    if msk & ~asg[a, jj, w]:
+                        tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
     return tot
 
 
