@@ -177,6 +177,19 @@ def test_known_shapes():
     assert T.local_thickness(one)[2, 2, 2] == 2.0
 
 
+def test_nearest_free_bit_is_the_closest_set_bit():
+    # _nearest_free(free, x): min |x - b| over the set bits b of free, x inside the word,
+    # on its edges or beyond them (the painter's centre column may lie in another word).
+    K = CPU._kernels()
+    rng = np.random.default_rng(5)
+    for trial in range(4000):
+        nbits = int(rng.integers(1, 5)) if trial % 2 else int(rng.integers(1, 64))
+        pos = rng.choice(64, nbits, replace=False)
+        free = np.uint64(sum(1 << int(b) for b in pos))
+        x = int(rng.integers(-80, 150))
+        assert K._nearest_free(free, x) == min(abs(x - int(b)) for b in pos), (pos, x)
+
+
 @pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
 def test_slab_lists_hold_the_balls_with_a_visible_disc(lo0, hi0):
     # With disc masks, ball t is listed in slab sl iff one of its planes in the box and in

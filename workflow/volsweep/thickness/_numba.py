@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, types
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
-from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
 from ._tables import CAP_MAX_POINTS
 
@@ -1157,6 +1157,23 @@ def _any_rows(bits, a, jc, kc, rho, hwy, hwz, far, syi, szi, m1, m2):
     return False
 
 
+@njit(inline="always", **_OPTS)
+def _nearest_free(free, x):
+    # The distance from bit position x (any integer) to the nearest set bit of free != 0.
+    if x <= 0:
+        return np.int64(trailing_zeros(free)) - x
+    if x >= 63:
+        return x - (63 - np.int64(leading_zeros(free)))
+    right = free >> np.uint64(x)
+    left = free & ((np.uint64(1) << np.uint64(x)) - np.uint64(1))
+    d = np.int64(64)
+    if right:
+        d = np.int64(trailing_zeros(right))
+    if left:
+        d = min(d, x - (63 - np.int64(leading_zeros(left))))
+    return d
+
+
 @njit(**_LEAF)
 def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
                     moff, sxi, syi, szi, hwy, hwz, far, p0, lo1, lo2, m1, m2):
@@ -1192,16 +1209,16 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
                     jj = u * 64 + trailing_zeros(bits)
                     bits &= bits - np.uint64(1)
                     dy = (jj - jc) * syi
+                    # most live rows have no free voxel in the ball's span: the free voxel
+                    # nearest to the centre's column decides it, without the span
+                    dz = _nearest_free(~asg[a, jj, w] & full[w], kc - c0) * szi
+                    if dz * dz >= rho - dy * dy:
+                        continue
                     hk2 = _hw(hwz, szi, rho - dy * dy, far)
                     lft = max(kc - hk2, c0)
                     rgt = min(kc + hk2, c1)
-                    if lft > rgt:
-                        continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    # most live rows have no free voxel in the ball's span: tested here,
-                    # without the call
-                    if msk & ~asg[a, jj, w]:
-                        tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
+                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
     return tot
 
 
