@@ -415,10 +415,14 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 continue
                         out[i, j, k] = up | np.uint32(1 << 31)
                         continue
-                    if a >= r2min and far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2,
-                                                    hi0, hi1, hi2, r2keep, r2min, step,
-                                                    ridge, cap) >= 0:
-                        continue
+                    if a >= r2min:
+                        # past the table (the largest balls) or on the array's faces: the
+                        # row's last container first, as above
+                        dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0,
+                                                     lo1, lo2, hi0, hi1, hi2, r2keep, r2min,
+                                                     step, ridge, cap)
+                        if dropped:
+                            continue
                     for di in range(-1, 2):
                         ii = i + di
                         if ii < 0 or ii >= n0:
