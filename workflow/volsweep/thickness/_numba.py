@@ -1037,10 +1037,7 @@ def _paint_rows_f(asg, live, agg, full, loc, ia, ib, ic, j0, k0, r2, rank, sx, s
                     if hk2 < 0 or lft > rgt:
                         continue
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    # most live rows have no free voxel in the ball's span: tested here,
-                    # without the call
-                    if msk & ~asg[a, jj, w]:
-                        tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
+                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
     return tot
 
 
