@@ -9,7 +9,8 @@ Cases (``--cases``):
   cylinder  the air around a cylinder along axis 2 (radius 0.3 n)
 
 Parts (``--parts``, CPU and GPU):
-  cases     every case at ``--size``, median of ``--repeat`` calls (first call untimed)
+  cases     every case at ``--size`` (the random ones drawn with ``--seed``), median of
+            ``--repeat`` calls (first call untimed)
   scaling   the pores case at several sizes (``--pores-sizes``)
   stages    every case at ``--size`` and the pores case at ``--pores-sizes``: the time of
             each stage (distance map, pruning, painting, diameters), medians of
@@ -17,7 +18,7 @@ Parts (``--parts``, CPU and GPU):
   spacing   blobs at spacings (1,1,1), 0.65, (0.65,0.65,2.0), (0.7,1.3,1.0): time and the
             exact scale invariance check; with ``--spacing-pores``, also the pores case
             at those sizes and the spacings (1,1,1), (0.65,0.65,2.0), (0.7,1.3,1.0)
-  porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs at
+  porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs (``--seed``) at
             porosity 0.5/0.6, blobiness 1/2, against volsweep in the same run; both
             timed as ``cases`` (the first call untimed: numba compiles or loads its
             cache there), PoreSpy's first call reported apart
@@ -124,8 +125,8 @@ def cylinder(n):
     return np.repeat(air[:, :, None], n, axis=2)
 
 
-CASES = {"blobs": lambda n: blobs((n,) * 3), "spheres": spheres, "pores": pores,
-         "cylinder": cylinder}
+CASES = {"blobs": lambda n, seed=0: blobs((n,) * 3, seed=seed), "spheres": spheres,
+         "pores": pores, "cylinder": lambda n, seed=0: cylinder(n)}
 
 
 # ----------------------------------------------------------------------------- timing
@@ -172,7 +173,7 @@ def part_cases(a, out, log):
     # the cases alternate call by call (after one untimed call each), so that a drift of
     # the machine's speed reaches them alike; each ratio to the blobs is also given as
     # the median of the rounds' ratios
-    phases = {name: on_device(CASES[name](a.size), a.device) for name in a.cases}
+    phases = {name: on_device(CASES[name](a.size, seed=a.seed), a.device) for name in a.cases}
     calls = {name: (lambda x=x: T.local_thickness(x)) for name, x in phases.items()}
     for fn in calls.values():
         fn()
@@ -200,9 +201,10 @@ def part_cases(a, out, log):
 def part_scaling(a, out, log):
     rows = []
     for n in a.pores_sizes:
-        r = run_case("pores", pores(n), a.device, a.repeat)
+        x = pores(n, seed=a.seed)
+        r = run_case("pores", x, a.device, a.repeat)
         rows.append(r)
-        log(f"pores {n}^3 ({int((~pores(n)).sum())} pore voxels): median {r['median_s']:.4f} s")
+        log(f"pores {n}^3 ({int((~x).sum())} pore voxels): median {r['median_s']:.4f} s")
     out["scaling"] = rows
 
 
@@ -256,8 +258,8 @@ def stage_times(phase, device):
 
 def part_stages(a, out, log):
     rows = []
-    todo = [(name, a.size, lambda n, f=CASES[name]: f(n)) for name in a.cases]
-    todo += [("pores", n, pores) for n in a.pores_sizes if not ("pores" in a.cases and n == a.size)]
+    todo = [(name, a.size, lambda n, f=CASES[name]: f(n, seed=a.seed)) for name in a.cases]
+    todo += [("pores", n, lambda n: pores(n, seed=a.seed)) for n in a.pores_sizes if not ("pores" in a.cases and n == a.size)]
     for name, n, make in todo:
         x = on_device(make(n), a.device)
         stage_times(x, a.device)
@@ -303,7 +305,7 @@ def part_porespy(a, out, log):
     for porosity in (0.5, 0.6):
         for blobiness in (1, 2):
             im = ps.generators.blobs((a.porespy_size,) * 3, porosity=porosity,
-                                     blobiness=blobiness, seed=0)
+                                     blobiness=blobiness, seed=a.seed)
             # both timed alike: one untimed call (numba's compilation or cache load), then
             # --repeat calls of each, alternating, so that a drift of the machine's speed
             # reaches both; PoreSpy's first call is recorded apart
@@ -325,7 +327,7 @@ def part_porespy(a, out, log):
                          "porespy_times_s": their_times, "porespy_first_call_s": first,
                          "ratio": theirs / ours, "ratio_of_pairs": pairs,
                          "porespy": ps.__version__})
-            log(f"PoreSpy blobs {a.porespy_size}^3 porosity {porosity} blobiness {blobiness}: "
+            log(f"PoreSpy blobs {a.porespy_size}^3 seed {a.seed} porosity {porosity} blobiness {blobiness}: "
                 f"volsweep {ours:.3f} s ({fmt(times)}), PoreSpy {theirs:.3f} s "
                 f"({fmt(their_times)}; first call {first:.3f} s) -> {theirs / ours:.1f}x "
                 f"(median of the alternated pairs' ratios {pairs:.1f}x)")
@@ -561,6 +563,8 @@ def main(argv=None):
     p.add_argument("--spacing-pores", type=int, nargs="*", default=[])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--calls", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random cases (cases, scaling, stages, porespy)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--check-cpu", action="store_true")
     p.add_argument("--out", type=Path)
