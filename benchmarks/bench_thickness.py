@@ -18,10 +18,10 @@ Parts (``--parts``, CPU and GPU):
   spacing   blobs at spacings (1,1,1), 0.65, (0.65,0.65,2.0), (0.7,1.3,1.0): time and the
             exact scale invariance check; with ``--spacing-pores``, also the pores case
             at those sizes and the spacings (1,1,1), (0.65,0.65,2.0), (0.7,1.3,1.0)
-  porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs (``--seed``) at
-            porosity 0.5/0.6, blobiness 1/2, against volsweep in the same run; both
-            timed as ``cases`` (the first call untimed: numba compiles or loads its
-            cache there), PoreSpy's first call reported apart
+  porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs (drawn
+            with ``--seed``) at porosity 0.5/0.6, blobiness 1/2, against volsweep in the
+            same run; both timed as ``cases`` (the first call untimed: numba compiles
+            or loads its cache there), PoreSpy's first call reported apart
   edt       (CPU) the edt package's ``edtsq`` against volsweep's numba passes, at the
             thread counts of ``--threads`` (fresh processes)
   gpu       (GPU) 250^3 blobs over ``--calls`` calls (CUDA events; max/median; pool bytes),
@@ -259,7 +259,8 @@ def stage_times(phase, device):
 def part_stages(a, out, log):
     rows = []
     todo = [(name, a.size, lambda n, f=CASES[name]: f(n, seed=a.seed)) for name in a.cases]
-    todo += [("pores", n, lambda n: pores(n, seed=a.seed)) for n in a.pores_sizes if not ("pores" in a.cases and n == a.size)]
+    todo += [("pores", n, lambda n: pores(n, seed=a.seed)) for n in a.pores_sizes
+             if not ("pores" in a.cases and n == a.size)]
     for name, n, make in todo:
         x = on_device(make(n), a.device)
         stage_times(x, a.device)
@@ -327,8 +328,8 @@ def part_porespy(a, out, log):
                          "porespy_times_s": their_times, "porespy_first_call_s": first,
                          "ratio": theirs / ours, "ratio_of_pairs": pairs,
                          "porespy": ps.__version__})
-            log(f"PoreSpy blobs {a.porespy_size}^3 seed {a.seed} porosity {porosity} blobiness {blobiness}: "
-                f"volsweep {ours:.3f} s ({fmt(times)}), PoreSpy {theirs:.3f} s "
+            log(f"PoreSpy blobs {a.porespy_size}^3 seed {a.seed} porosity {porosity} "
+                f"blobiness {blobiness}: volsweep {ours:.3f} s ({fmt(times)}), PoreSpy {theirs:.3f} s "
                 f"({fmt(their_times)}; first call {first:.3f} s) -> {theirs / ours:.1f}x "
                 f"(median of the alternated pairs' ratios {pairs:.1f}x)")
     out["porespy"] = rows
