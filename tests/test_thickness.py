@@ -190,12 +190,14 @@ def test_nearest_free_bit_is_the_closest_set_bit():
         assert K._nearest_free(free, x) == min(abs(x - int(b)) for b in pos), (pos, x)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
-def test_slab_lists_hold_the_balls_with_a_visible_disc(lo0, hi0):
+def test_slab_lists_hold_the_balls_with_a_visible_disc(lo0, hi0, threads, monkeypatch):
     # With disc masks, ball t is listed in slab sl iff one of its planes in the box and in
     # the slab has a clear bit (a visible disc), in increasing t; without, iff it reaches
-    # the slab.  Balls of up to 70 planes span two mask words.
-    K = CPU._kernels()
+    # the slab.  Balls of up to 70 planes span two mask words.  The lists do not depend on
+    # the threads that build them in parts.
+    monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
     rng = np.random.default_rng(lo0)
     n, g = 300, 4
     ci = rng.integers(-10, 50, n)
@@ -206,7 +208,7 @@ def test_slab_lists_hold_the_balls_with_a_visible_disc(lo0, hi0):
     masks[rng.random(masks.size) < 0.3] = np.uint64(2**64 - 1)  # some balls wholly hidden
     for masked in (True, False):
         args = (masks, moff[:-1]) if masked else (np.empty(0, np.uint64), np.empty(0, np.int64))
-        start, lists = K.slab_lists(ci, ext, lo0, hi0, g, *args)
+        start, lists = CPU.slab_lists(ci, ext, lo0, hi0, g, *args)
         nslab = (hi0 - lo0 + g - 1) // g
         assert start.size == nslab + 1
         for sl in range(nslab):

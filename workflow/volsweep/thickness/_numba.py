@@ -804,48 +804,42 @@ def _slab_visible(masks, base, c, h, a, b, lo0, g, sl):
     return _any_visible(masks, base, p0 - c + h, p1 - c + h)
 
 
+@njit(inline="always", **_OPTS)
+def _slab_span(ci, ext, t, lo0, hi0, g):
+    # The planes [a, b] of ball t in the box and its first and last slab (sa > sb: none).
+    h = ext[t]
+    a = max(ci[t] - h, lo0)
+    b = min(ci[t] + h, hi0 - 1)
+    if h < 0 or a > b:
+        return a, b, 1, 0
+    return a, b, (a - lo0) // g, (b - lo0) // g
+
+
 @njit(**_OPTS)
-def slab_lists(ci, ext, lo0, hi0, g, masks, moff):
-    # Per slab of g output planes, the positions of the centres whose ball reaches it
-    # (increasing: the centre arrays are in painting order and read sequentially); ext is
-    # each centre's half extent along axis 0.  With masks (moff[t]: ball t's first word,
-    # a bit per plane set when its disc is hidden, as from disc_skip_masks_bits), a ball
-    # is listed only in the slabs where one of its discs is visible: elsewhere it would
-    # paint nothing.  Hidden discs are most of a large ball's, so a ball then lands in a
-    # slab or two instead of every slab it spans.
-    n = ci.size
-    nslab = (hi0 - lo0 + g - 1) // g
-    start = np.zeros(nslab + 1, np.int64)
-    sa = np.empty(n, np.int64)
-    sb = np.empty(n, np.int64)
+def slab_counts(ci, ext, lo0, hi0, g, masks, moff, bounds, counts, p0, p1):
+    # counts[p, sl] = how many balls of part p (balls [bounds[p], bounds[p + 1])) are
+    # listed in slab sl (slab_fill), for the parts [p0, p1).
     masked = moff.size > 0
-    for t in range(n):
-        h = ext[t]
-        a = max(ci[t] - h, lo0)
-        b = min(ci[t] + h, hi0 - 1)
-        if h < 0 or a > b:
-            sa[t] = 1
-            sb[t] = 0
-            continue
-        sa[t] = (a - lo0) // g
-        sb[t] = (b - lo0) // g
-        for sl in range(sa[t], sb[t] + 1):
-            start[sl + 1] += not masked or _slab_visible(masks, moff[t], ci[t], h, a, b, lo0, g, sl)
-    for sl in range(nslab):
-        start[sl + 1] += start[sl]
-    fill = np.empty(nslab, np.int64)
-    for sl in range(nslab):
-        fill[sl] = start[sl]
-    lists = np.empty(start[nslab], np.int64)
-    for t in range(n):
-        h = ext[t]
-        a = max(ci[t] - h, lo0)
-        b = min(ci[t] + h, hi0 - 1)
-        for sl in range(sa[t], sb[t] + 1):
-            if not masked or _slab_visible(masks, moff[t], ci[t], h, a, b, lo0, g, sl):
-                lists[fill[sl]] = t
-                fill[sl] += 1
-    return start, lists
+    for p in range(p0, p1):
+        for t in range(bounds[p], bounds[p + 1]):
+            a, b, sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
+            for sl in range(sa, sb + 1):
+                counts[p, sl] += not masked or _slab_visible(masks, moff[t], ci[t], ext[t], a,
+                                                             b, lo0, g, sl)
+
+
+@njit(**_OPTS)
+def slab_fill(ci, ext, lo0, hi0, g, masks, moff, bounds, fill, lists, p0, p1):
+    # Lists the balls of the parts [p0, p1) in their slabs from the positions fill[p, sl]
+    # (the counts of slab_counts, accumulated over the slabs, then the parts).
+    masked = moff.size > 0
+    for p in range(p0, p1):
+        for t in range(bounds[p], bounds[p + 1]):
+            a, b, sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
+            for sl in range(sa, sb + 1):
+                if not masked or _slab_visible(masks, moff[t], ci[t], ext[t], a, b, lo0, g, sl):
+                    lists[fill[p, sl]] = t
+                    fill[p, sl] += 1
 
 
 @njit(**_OPTS)
