@@ -322,6 +322,15 @@ def slab_lists(ci, ext, lo0, hi0, g, masks, moff):
     as from disc_skip_masks_bits) a ball is listed only in the slabs where one of its
     discs is visible: elsewhere it would paint nothing.  The balls are counted and listed
     in parts on the thread pool; the slabs take the parts in order.
+
+    Examples
+    --------
+    Ball 0 (planes 0-7) reaches both slabs of 4 planes, ball 1 (plane 5) the second:
+
+    >>> none = np.empty(0, np.uint64), np.empty(0, np.int64)
+    >>> start, lists = slab_lists(np.array([3, 5]), np.array([4, 0]), 0, 8, 4, *none)
+    >>> start.tolist(), lists.tolist()
+    ([0, 1, 3], [0, 0, 1])
     """
     k = _kernels()
     n = ci.size
