@@ -662,6 +662,35 @@ def test_solid_with_isolated_pores_chunked_and_painter_paths(spacing, monkeypatc
         np.testing.assert_array_equal(np.r_[0.0, ref[1]][ref[0]], lut[got[0]])
 
 
+@pytest.mark.parametrize("planes,threads,want", [(128, 2, 16), (128, 16, 4), (192, 8, 12),
+                                                   (7, 1, 4), (40, 1, 16), (300, 64, 4)])
+def test_slab_planes_give_each_thread_two_slabs_within_the_bounds(planes, threads, want,
+                                                                  monkeypatch):
+    monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
+    assert CPU._slab_planes(planes) == want
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
+def test_ranks_do_not_depend_on_the_slab_size(spacing, monkeypatch):
+    # The ordered painter (large balls, one task per slab) and the painter past the exact
+    # integers give the same ranks for slabs of 1 to 16 planes, whole and in a core box.
+    phase = solid_with_pores((45, 19, 23), 3, 6)
+    weights, d2, cand, up = _centres(phase, spacing)
+    for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (41, 16, 22))]:
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
+        for g in (1, 3, 4, 7, 16):
+            for table_max in (CPU.INT_TABLE_MAX, 1):
+                with monkeypatch.context() as m:
+                    m.setattr(CPU, "_slab_planes", lambda planes, g=g: g)
+                    m.setattr(CPU, "INT_TABLE_MAX", table_max)
+                    got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+                np.testing.assert_array_equal(ref[0], got[0], err_msg=f"{g} planes")
+                np.testing.assert_array_equal(ref[1], got[1])
+    lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape),
+                    TAB.lattice(spacing)[1])
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
 def test_bits_painter_slice_skip_on_porous_volume_equals_oracle():
     # Larger balls (R up to ~6) so that many discs are skipped; exact vs the brute force.
     phase = blobs((26, 22, 28), sigma=3.0, seed=3)

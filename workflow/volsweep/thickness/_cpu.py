@@ -176,8 +176,16 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     return cand, bits
 
 
-# Output planes per slab of the painter (one slab per task).
+# Output planes per slab of the painter (one slab per task): BITS_SLAB, or fewer (down to
+# MIN_SLAB) where that leaves each thread fewer than SLABS_PER_THREAD slabs.
 BITS_SLAB = 16
+MIN_SLAB = 4
+SLABS_PER_THREAD = 2
+
+
+def _slab_planes(planes: int) -> int:
+    """Planes per slab of the painter for a box of ``planes`` output planes."""
+    return max(MIN_SLAB, min(BITS_SLAB, -(-planes // (SLABS_PER_THREAD * cpu_threads()))))
 # Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
 # (paint_max), after the larger ones in painting order: below it, sorting a ball and its
 # assigned bits cost more than the max painter's rows; from about 16 the rows cost more.
@@ -225,9 +233,9 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         out[...] = 0
         return out, values
     n0, n1, n2 = d2.shape
-    g = BITS_SLAB
     lo = [int(v) for v in box_lo]
     hi = [int(v) for v in box_hi]
+    g = _slab_planes(hi[0] - lo[0])
     if not small:
         # squared radii beyond exact integers: half-widths by search, no disc skip
         ci, rem = np.divmod(cand, n1 * n2)
@@ -305,7 +313,7 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
     dst = tuple(np.empty(order.size, v.dtype) for v in src)
     _run(k.gather_order, order.size, order, *src, *dst)
     ci, cj, ck, r2i, ranks, ext, moff = dst
-    g = BITS_SLAB
+    g = _slab_planes(hi[0] - lo[0])
     start, lists = slab_lists(ci, ext, lo[0], hi[0], g, masks, moff)
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
