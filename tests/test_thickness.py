@@ -672,8 +672,8 @@ def test_slab_planes_give_each_thread_two_slabs_within_the_bounds(planes, thread
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.3, 1.0)])
 def test_ranks_do_not_depend_on_the_slab_size(spacing, monkeypatch):
-    # The ordered painter (large balls, one task per slab) and the painter past the exact
-    # integers give the same ranks for slabs of 1 to 16 planes, whole and in a core box.
+    # The ordered painter (large balls, one task per slab) gives the same ranks for slabs
+    # of 1 to 16 planes, with and without the integer tables, whole and in a core box.
     phase = solid_with_pores((45, 19, 23), 3, 6)
     weights, d2, cand, up = _centres(phase, spacing)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (41, 16, 22))]:

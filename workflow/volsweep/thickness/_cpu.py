@@ -186,6 +186,8 @@ SLABS_PER_THREAD = 2
 def _slab_planes(planes: int) -> int:
     """Planes per slab of the painter for a box of ``planes`` output planes."""
     return max(MIN_SLAB, min(BITS_SLAB, -(-planes // (SLABS_PER_THREAD * cpu_threads()))))
+
+
 # Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
 # (paint_max), after the larger ones in painting order: below it, sorting a ball and its
 # assigned bits cost more than the max painter's rows; from about 16 the rows cost more.
