@@ -181,6 +181,8 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
 BITS_SLAB = 16
 MIN_SLAB = 4
 SLABS_PER_THREAD = 2
+# The slab lists are counted and filled in up to this many parts of the balls per thread.
+LIST_PARTS_PER_THREAD = 4
 
 
 def _slab_planes(planes: int) -> int:
@@ -345,7 +347,7 @@ def slab_lists(ci, ext, lo0, hi0, g, masks, moff):
     k = _kernels()
     n = ci.size
     nslab = max((hi0 - lo0 + g - 1) // g, 0)
-    parts = max(min(n, 4 * cpu_threads()), 1)
+    parts = max(min(n, LIST_PARTS_PER_THREAD * cpu_threads()), 1)
     bounds = np.array([n * p // parts for p in range(parts + 1)], np.int64)
     counts = np.zeros((parts, nslab), np.int64)
     args = (ci, ext, lo0, hi0, g, masks, moff, bounds)
