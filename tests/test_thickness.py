@@ -118,6 +118,35 @@ def test_lattice_too_fine_for_the_shape_raises():
         T._lattice((1.0, math.pi, 1.0), (1, n, 1))
 
 
+@pytest.mark.parametrize("spacing,warns", [((0.123457, 0.3, 0.71), True),
+                                            ((0.6523, 0.6523, 2.0), False),
+                                            ((0.5137, 0.5137, 0.7), False)])
+def test_spacing_without_small_ratios_is_exact_for_the_nearest_lattice(spacing, warns, recwarn):
+    # ratios with no denominator <= 4096: the nearest lattice is used, and said when it is
+    # farther from the spacing than float32 resolves
+    phase = blobs((13, 10, 15), sigma=2, seed=6)
+    got = T.local_thickness(phase, spacing=spacing)
+    said = [w for w in recwarn if "nearest such spacing" in str(w.message)]
+    assert len(said) == int(warns)
+    weights, scale = TAB.lattice(spacing)
+    used = np.array(weights) * scale
+    off = (np.abs(used - spacing) / spacing).max()
+    assert (off > TAB.LATTICE_WARN_RTOL) == warns
+    np.testing.assert_array_equal(
+        got, oracle_local_thickness(phase, weights) * np.float32(scale))
+    # and close to the brute force at the decimal spacing given
+    np.testing.assert_allclose(got, oracle_local_thickness(phase, spacing), rtol=4 * max(
+        off, TAB.LATTICE_WARN_RTOL))
+
+
+def test_spacing_with_small_ratios_does_not_warn(recwarn):
+    phase = blobs((9, 8, 7), sigma=2, seed=1)
+    for spacing in [(0.65, 0.65, 2.0), (0.347, 0.347, 1.0), (2.79, 2.39, 2.39), (1, 1, 1),
+                    (float(np.float32(0.325)), float(np.float32(0.325)), 1.0)]:
+        T.local_thickness(phase, spacing=spacing)
+    assert not [w for w in recwarn if "nearest such spacing" in str(w.message)]
+
+
 def test_distance_maps_equal_oracle():
     phase = blobs((15, 12, 18), sigma=2, seed=5)
     for spacing in [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3), (0.65, 0.65, 2.0)]:

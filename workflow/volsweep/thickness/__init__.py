@@ -13,7 +13,9 @@ halve ours.
 
 Ties.  The spacing is written ``scale * (w0, w1, w2)`` with integer weights
 (``_tables.lattice``: ratios snapped to a common denominator of at most
-4096, within 1e-9 relative when one exists), and every squared length is the
+4096, within 1e-9 relative when one exists; otherwise the nearest such spacing,
+with a warning when it differs by more than float32's resolution, 2**-23), and
+every squared length is the
 integer ``(di*w0)**2 + (dj*w1)**2 + (dk*w2)**2``, held exactly in float64.  The
 strict ``<`` is therefore decided exactly: equal lengths compare equal, at every
 spacing.  The diameter is ``float32(2*sqrt(N)) * float32(scale)``, the product
@@ -38,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -79,8 +82,20 @@ def _check_binary(binary, name: str = "binary"):
 log = logging.getLogger("volsweep")
 
 def _lattice(spacing, shape):
-    """(weights, scale) of the spacing; raises when squared lengths of this shape leave float64."""
-    weights, scale = tables.lattice(tuple(float(s) for s in spacing))
+    """(weights, scale) of the spacing; raises when squared lengths of this shape leave float64,
+    and warns when the lattice's spacing differs from it by more than float32 resolves."""
+    spacing = tuple(float(s) for s in spacing)
+    weights, scale = tables.lattice(spacing)
+    used = tuple(scale * w for w in weights)
+    off = max(abs(u - s) / s for u, s in zip(used, spacing))
+    if off > tables.LATTICE_WARN_RTOL:
+        warnings.warn(
+            f"spacing={spacing!r} has no integer ratios with a denominator of at most "
+            f"{tables.LATTICE_MAX_DENOMINATOR}: the local thickness is exact for the nearest "
+            f"such spacing, {scale!r} * {weights} = {tuple(float(f'{u:.9g}') for u in used)}, "
+            f"which differs by {off:.1e} (relative), more than the float32 output resolves; "
+            "give the spacing with fewer significant digits (e.g. 3) for a result exact at the "
+            "spacing itself", stacklevel=3)
     bound = sum((float(n) * w) ** 2 for n, w in zip(shape, weights))
     if bound >= tables.EXACT_LIMIT:
         raise ValueError(

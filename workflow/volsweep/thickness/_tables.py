@@ -21,6 +21,9 @@ import numpy as np
 LATTICE_MAX_DENOMINATOR = 4096
 # ... the smallest L that reproduces every ratio within this relative tolerance.
 LATTICE_RTOL = 1e-9
+# Where no denominator fits, the nearest lattice is used; local_thickness warns when it is
+# farther from the spacing than the float32 output's resolution.
+LATTICE_WARN_RTOL = float(np.finfo(np.float32).eps)
 # Squared lattice lengths are exact in float64 below this.
 EXACT_LIMIT = float(2**53)
 
