@@ -276,6 +276,29 @@ def test_pruning_keeps_far_fewer_centres_and_stays_exact():
     np.testing.assert_array_equal(CPU.finish(ranks_all, vals_all), T.local_thickness(phase))
 
 
+@pytest.mark.parametrize("weights,max_levels", [((1, 1, 1), None), ((1, 2, 3), None),
+                                                ((13, 13, 40), None), ((1, 2, 3), 40)])
+def test_pruning_table_equals_the_whole_ball_brute_force(weights, max_levels, monkeypatch):
+    # the table is built from one octant of offsets; against every offset of the ball
+    monkeypatch.setattr(TAB, "_PRUNE_TABLES", {})
+    if max_levels is not None:
+        monkeypatch.setattr(TAB, "MAX_TABLE_LEVELS", max_levels)
+    r2need = 30.0 * max(weights) ** 2
+    levels, need, cap = TAB.prune_table(r2need, weights)
+    h = [int(math.sqrt(cap) / w) + 2 for w in weights]
+    o = np.stack(np.meshgrid(*[np.arange(-m, m + 1) for m in h], indexing="ij"), -1).reshape(-1, 3)
+    w = np.array(weights, np.int64)
+    norms = ((o * w) ** 2).sum(1)
+    np.testing.assert_array_equal(levels, np.unique(norms[norms < cap]))
+    if max_levels is not None:
+        assert levels.size == max_levels and cap == np.unique(norms)[max_levels]
+    for t in range(1, 8):
+        e = np.array([(t >> 2) & 1, (t >> 1) & 1, t & 1])
+        shifted = (((o + e) * w) ** 2).sum(1)
+        for lev in range(0, levels.size, max(1, levels.size // 40)):
+            assert need[t - 1, lev] == shifted[norms <= levels[lev]].max(), (t, lev)
+
+
 def test_exact_beyond_the_pruning_table(monkeypatch):
     # Radii past the discrete table fall back to the continuous containment test.
     monkeypatch.setattr(TAB, "MAX_TABLE_OFFSETS", 30)

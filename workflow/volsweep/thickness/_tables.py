@@ -178,17 +178,21 @@ def canonical_norms(di, dj, dk, weights) -> np.ndarray:
     return (x * x + y * y) + z * z
 
 
-# Offsets in a pruning table: about 4/3 pi r^3; beyond this many the continuous test is used.
+# Offsets in a pruning table (one octant of the ball, about pi r^3 / 6) and its distinct
+# squared lengths (as many on lattices of large weights, far fewer on small ones); beyond
+# either the continuous test is used.
 MAX_TABLE_OFFSETS = 2_000_000
+MAX_TABLE_LEVELS = 2**18
 
 
 def offset_table(r2cap: float, weights):
-    """Integer offsets with squared length < r2cap, sorted by it (stable): (norms, di, dj, dk)."""
+    """Integer offsets of the nonnegative octant with squared length < r2cap, sorted by it
+    (stable): (norms, di, dj, dk).  By symmetry they hold every squared length of the ball."""
     r = math.sqrt(r2cap)
     h = [int(r / float(w)) + 1 for w in weights]
     if max(h) > 32767:
         raise ValueError(f"radius {r} too large for an offset table (int16 offsets)")
-    ai, aj, ak = (np.arange(-m, m + 1, dtype=np.int16) for m in h)
+    ai, aj, ak = (np.arange(0, m + 1, dtype=np.int16) for m in h)
     di, dj, dk = np.meshgrid(ai, aj, ak, indexing="ij")
     norms = canonical_norms(di, dj, dk, weights).ravel()
     sel = np.flatnonzero(norms < r2cap)
@@ -200,7 +204,8 @@ def offset_table(r2cap: float, weights):
 def _table_cap(r2need: float, weights) -> float:
     """The r2cap of a table for r2need (grown geometrically), bounded by MAX_TABLE_OFFSETS."""
     vox = float(np.prod([float(w) for w in weights]))
-    rmax_allowed = (MAX_TABLE_OFFSETS * vox * 3 / (4 * math.pi)) ** (1 / 3)
+    # an octant of the ball: (4/3) pi r^3 / 8 lattice points of volume vox
+    rmax_allowed = (MAX_TABLE_OFFSETS * vox * 8 * 3 / (4 * math.pi)) ** (1 / 3)
     cap = max(2.0 * r2need, 16.0 * max(float(w) for w in weights) ** 2)
     return min(cap, rmax_allowed ** 2)
 
@@ -254,6 +259,11 @@ def prune_table(r2need: float, weights):
     cap = _table_cap(r2need, key)
     norms, di, dj, dk = offset_table(cap, key)
     levels, first = np.unique(norms, return_index=True)
+    if levels.size > MAX_TABLE_LEVELS:  # cut before a squared length (balls stay whole)
+        cap = float(levels[MAX_TABLE_LEVELS])
+        n = int(first[MAX_TABLE_LEVELS])
+        levels, first = levels[:MAX_TABLE_LEVELS], first[:MAX_TABLE_LEVELS]
+        norms, di, dj, dk = norms[:n], di[:n], dj[:n], dk[:n]
     last = np.r_[first[1:], norms.size] - 1
     need = np.empty((7, levels.size), np.float64)
     adi, adj, adk = (np.abs(v).astype(np.int64) for v in (di, dj, dk))
@@ -261,7 +271,7 @@ def prune_table(r2need: float, weights):
         ei, ej, ek = (e >> 2) & 1, (e >> 1) & 1, e & 1
         m = canonical_norms(adi + ei, adj + ej, adk + ek, key)
         need[e - 1] = np.maximum.accumulate(m)[last]
-    saturated = cap < max(2.0 * r2need, 16.0 * max(key) ** 2)
+    saturated = cap < max(2.0 * r2need, 16.0 * max(key) ** 2)  # (cut by the bounds)
     _PRUNE_TABLES[key] = (levels, need, cap, saturated)
     return levels, need, cap
 
