@@ -266,12 +266,12 @@ def prune_table(r2need: float, weights):
         norms, di, dj, dk = norms[:n], di[:n], dj[:n], dk[:n]
     last = np.r_[first[1:], norms.size] - 1
     need = np.empty((7, levels.size), np.float64)
-    adi, adj, adk = (np.abs(v).astype(np.int64) for v in (di, dj, dk))
+    adi, adj, adk = (v.astype(np.int64) for v in (di, dj, dk))  # the octant: |o| = o
     for e in range(1, 8):
         ei, ej, ek = (e >> 2) & 1, (e >> 1) & 1, e & 1
         m = canonical_norms(adi + ei, adj + ej, adk + ek, key)
         need[e - 1] = np.maximum.accumulate(m)[last]
-    saturated = cap < max(2.0 * r2need, 16.0 * max(key) ** 2)  # (cut by the bounds)
+    saturated = cap < max(2.0 * r2need, 16.0 * max(key) ** 2)  # at its bounds: not regrown
     _PRUNE_TABLES[key] = (levels, need, cap, saturated)
     return levels, need, cap
 
