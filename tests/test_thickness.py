@@ -1371,6 +1371,20 @@ def test_memory_estimate_counts_the_disc_needs_past_the_tables(monkeypatch):
     assert TAB.far_columns((64, 64, 64), (1, 1, 1)) == 0
 
 
+@pytest.mark.parametrize("weights", [(1, 1, 1), (7, 13, 10)])
+def test_largest_pruning_table_builds_within_its_memory_count(weights, monkeypatch):
+    # the bound counts the build of the largest pruning table (PRUNE_TABLE_BUILD_BYTES)
+    import tracemalloc
+
+    monkeypatch.setattr(TAB, "_PRUNE_TABLES", {})
+    tracemalloc.start()
+    levels, _, cap = TAB.prune_table(1e12, weights)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert TAB._table_cap(1e12, weights) < 1e12 / 4  # the largest table the budget allows
+    assert 0.5 * TAB.PRUNE_TABLE_BUILD_BYTES < peak <= TAB.PRUNE_TABLE_BUILD_BYTES
+
+
 @pytest.mark.parametrize("spacing", [(2.79, 2.39, 2.39), (4.0, 0.1, 0.1)])
 def test_large_lattice_weights_keep_tables_within_the_memory_bound(spacing):
     # Three-digit spacings give lattice weights in the hundreds (2.79 and 2.39 um: 279 and

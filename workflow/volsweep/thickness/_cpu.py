@@ -463,10 +463,10 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
 # rank, uphill bits, slab-list entry and extent; disc-skip mask (uint64).
 _PER_CENTRE = 8 * 6 + 4 * 4 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
-# half-width tables, int64; the pruning table (level lookup and offsets); the disc masks;
+# half-width tables, int64; the pruning table (level lookup, and its build); the disc masks;
 # the disc thresholds.
-_TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * LEVEL_LUT_MAX + 2_000_000 * 40 + MASK_LUT_BYTES
-                + 8 * 12 * 64 * TH_MAX_VALUES)
+_TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * LEVEL_LUT_MAX + _tables.PRUNE_TABLE_BUILD_BYTES
+                + MASK_LUT_BYTES + 8 * 12 * 64 * TH_MAX_VALUES)
 # Building disc_need_far: its 6 int64 rows and the quarter disc's sorts (12 rows at the peak,
 # one more for the arrays' headers and small temporaries).
 _FAR_COLUMN_BYTES = 8 * 13

@@ -183,6 +183,9 @@ def canonical_norms(di, dj, dk, weights) -> np.ndarray:
 # either the continuous test is used.
 MAX_TABLE_OFFSETS = 2_000_000
 MAX_TABLE_LEVELS = 2**18
+# Peak host bytes while prune_table builds its largest table (the octant box's squared
+# lengths, the offsets and their sort, the needs): 90-113 per offset on four lattices.
+PRUNE_TABLE_BUILD_BYTES = 120 * MAX_TABLE_OFFSETS
 
 
 def offset_table(r2cap: float, weights):
