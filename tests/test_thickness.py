@@ -1378,7 +1378,7 @@ def test_largest_pruning_table_builds_within_its_memory_count(weights, monkeypat
 
     monkeypatch.setattr(TAB, "_PRUNE_TABLES", {})
     tracemalloc.start()
-    levels, _, cap = TAB.prune_table(1e12, weights)
+    TAB.prune_table(1e12, weights)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert TAB._table_cap(1e12, weights) < 1e12 / 4  # the largest table the budget allows

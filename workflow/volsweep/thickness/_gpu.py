@@ -38,8 +38,8 @@ import math
 import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
-                      INT_TABLE_MAX, cap_limit, diameter_lut, disc_need_far, disc_need_table,
-                      far_columns, far_min_r2, prune_table)
+                      INT_TABLE_MAX, MAX_TABLE_OFFSETS, cap_limit, diameter_lut, disc_need_far,
+                      disc_need_table, far_columns, far_min_r2, prune_table)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -857,4 +857,4 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
 
 # Pruning tables on the device: levels and 7 rows of thresholds (float64), at most
 # MAX_TABLE_OFFSETS levels; the disc table (9 rows of int64 up to INT_TABLE_MAX).
-_TABLE_BYTES = 8 * 8 * 2_000_000 + 8 * 9 * (INT_TABLE_MAX + 1)
+_TABLE_BYTES = 8 * 8 * MAX_TABLE_OFFSETS + 8 * 9 * (INT_TABLE_MAX + 1)
