@@ -9,6 +9,12 @@ the time of ``parallel=True`` ones (no parfor lowering), each kernel is called w
 set of argument types (one compilation; the painter has a second for squared radii past
 its tables), and kernels a call does not need are not compiled (numba compiles on first
 use).
+
+The sections, in order: distance map, pruning, painting order and slab lists, the
+ordered painter (large balls), hidden discs (disc masks), the max painter (small balls).
+They share one file because numba's disk cache is invalidated only by changes to the
+file that defines a cached function, not by changes to the helpers it calls from other
+files.
 """
 
 import math
@@ -80,6 +86,7 @@ def _uphill_bit(a, b, di, dj, dk):
     return np.uint32(hit) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
 
 
+# --------------------------------------------------------------------------- distance map
 @njit(**_OPTS)
 def edt_axis0(phase, sx, out, j0, j1):
     # Two scans along axis 0 per (j, k) line, for j in [j0, j1): distance to the nearest
@@ -322,6 +329,7 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     return np.array([mx]).view(np.float64)[0]
 
 
+# --------------------------------------------------------------------------- pruning
 @njit(inline="always", **_OPTS)
 def _gap(i, lo, hi):
     # Voxels from index i to the box [lo, hi) along one axis (0 inside).
@@ -708,6 +716,7 @@ def prune_far(d2, cand, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r
     return out
 
 
+# --------------------------------------------------------------------------- order, slab lists
 @njit(**_OPTS)
 def half(base, r2, s):
     # Largest h >= 0 with base + (h*s)*(h*s) < r2, or -1.
@@ -857,6 +866,7 @@ def gather_order(order, ci, cj, ck, r2i, ranks, ext, moff, oci, ocj, ock, or2i, 
         omoff[t] = moff[m]
 
 
+# --------------------------------------------------------------------------- ordered painter
 @njit(**_LEAF)
 def fill_word(asg, live, agg, full, loc, a, b, w, m, rank, track):
     # Give the still unassigned voxels of mask m in word w of row b, slab plane a, the
@@ -1321,6 +1331,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
     return out
 
 
+# --------------------------------------------------------------------------- hidden discs
 _UNKNOWN = -(2**62)
 
 
@@ -1555,6 +1566,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
     return masks
 
 
+# --------------------------------------------------------------------------- max painter
 # An int64 above any bound of _row_clip (no such neighbour: no row skipped).
 _NO_CLIP = 2**52
 # paint_max clips the rows of balls at least this many rows from the centre along axis 1
