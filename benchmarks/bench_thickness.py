@@ -19,7 +19,8 @@ Parts (``--parts``, CPU and GPU):
             exact scale invariance check; with ``--spacing-pores``, also the pores case
             at those sizes and the spacings (1,1,1), (0.65,0.65,2.0), (0.7,1.3,1.0)
   porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs (drawn
-            with ``--seed``) at porosity 0.5/0.6, blobiness 1/2, against volsweep in the
+            with ``--seed``) at porosity 0.5/0.6, blobiness 1/2 (``--porespy-cases``
+            for others, e.g. ``0.8/3``), against volsweep in the
             same run; both timed as ``cases`` (the first call untimed: numba compiles
             or loads its cache there), PoreSpy's first call reported apart
   edt       (CPU) the edt package's ``edtsq`` against volsweep's numba passes, at the
@@ -303,35 +304,34 @@ def part_porespy(a, out, log):
         log("porespy not installed: skipped")
         return
     rows = []
-    for porosity in (0.5, 0.6):
-        for blobiness in (1, 2):
-            im = ps.generators.blobs((a.porespy_size,) * 3, porosity=porosity,
-                                     blobiness=blobiness, seed=a.seed)
-            # both timed alike: one untimed call (numba's compilation or cache load), then
-            # --repeat calls of each, alternating, so that a drift of the machine's speed
-            # reaches both; PoreSpy's first call is recorded apart
-            t = time.perf_counter()
-            ps.filters.local_thickness(im)
-            first = time.perf_counter() - t
-            T.local_thickness(im)
-            their_times, times = [], []
-            for _ in range(a.repeat):
-                for fn, into in ((ps.filters.local_thickness, their_times),
-                                 (T.local_thickness, times)):
-                    t = time.perf_counter()
-                    fn(im)
-                    into.append(time.perf_counter() - t)
-            theirs, ours = statistics.median(their_times), statistics.median(times)
-            pairs = statistics.median(p / o for p, o in zip(their_times, times))
-            rows.append({"porosity": porosity, "blobiness": blobiness, "volsweep_s": ours,
-                         "volsweep_times_s": times, "porespy_s": theirs,
-                         "porespy_times_s": their_times, "porespy_first_call_s": first,
-                         "ratio": theirs / ours, "ratio_of_pairs": pairs,
-                         "porespy": ps.__version__})
-            log(f"PoreSpy blobs {a.porespy_size}^3 seed {a.seed} porosity {porosity} "
-                f"blobiness {blobiness}: volsweep {ours:.3f} s ({fmt(times)}), PoreSpy {theirs:.3f} s "
-                f"({fmt(their_times)}; first call {first:.3f} s) -> {theirs / ours:.1f}x "
-                f"(median of the alternated pairs' ratios {pairs:.1f}x)")
+    for porosity, blobiness in a.porespy_cases:
+        im = ps.generators.blobs((a.porespy_size,) * 3, porosity=porosity,
+                                 blobiness=blobiness, seed=a.seed)
+        # both timed alike: one untimed call (numba's compilation or cache load), then
+        # --repeat calls of each, alternating, so that a drift of the machine's speed
+        # reaches both; PoreSpy's first call is recorded apart
+        t = time.perf_counter()
+        ps.filters.local_thickness(im)
+        first = time.perf_counter() - t
+        T.local_thickness(im)
+        their_times, times = [], []
+        for _ in range(a.repeat):
+            for fn, into in ((ps.filters.local_thickness, their_times),
+                             (T.local_thickness, times)):
+                t = time.perf_counter()
+                fn(im)
+                into.append(time.perf_counter() - t)
+        theirs, ours = statistics.median(their_times), statistics.median(times)
+        pairs = statistics.median(p / o for p, o in zip(their_times, times))
+        rows.append({"porosity": porosity, "blobiness": blobiness, "volsweep_s": ours,
+                     "volsweep_times_s": times, "porespy_s": theirs,
+                     "porespy_times_s": their_times, "porespy_first_call_s": first,
+                     "ratio": theirs / ours, "ratio_of_pairs": pairs,
+                     "porespy": ps.__version__})
+        log(f"PoreSpy blobs {a.porespy_size}^3 seed {a.seed} porosity {porosity:g} "
+            f"blobiness {blobiness:g}: volsweep {ours:.3f} s ({fmt(times)}), PoreSpy {theirs:.3f} s "
+            f"({fmt(their_times)}; first call {first:.3f} s) -> {theirs / ours:.1f}x "
+            f"(median of the alternated pairs' ratios {pairs:.1f}x)")
     out["porespy"] = rows
 
 
@@ -553,6 +553,18 @@ def fmt(times):
     return ", ".join(f"{t:.3g}" for t in times)
 
 
+def _porosity_blobiness(text):
+    """``"0.5/2"`` -> (0.5, 2.0), for --porespy-cases."""
+    try:
+        porosity, blobiness = (float(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected porosity/blobiness such as 0.5/2, got {text!r}")
+    if not (0 < porosity < 1 and blobiness > 0):
+        raise argparse.ArgumentTypeError(f"porosity must lie in (0, 1) and blobiness be > 0, "
+                                         f"got {text!r}")
+    return porosity, blobiness
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -561,6 +573,9 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--pores-sizes", type=int, nargs="+", default=[64, 96, 128])
     p.add_argument("--porespy-size", type=int, default=250)
+    p.add_argument("--porespy-cases", type=_porosity_blobiness, nargs="+",
+                   default=[(0.5, 1.0), (0.5, 2.0), (0.6, 1.0), (0.6, 2.0)],
+                   help="PoreSpy blobs as porosity/blobiness (default 0.5/1 0.5/2 0.6/1 0.6/2)")
     p.add_argument("--spacing-pores", type=int, nargs="*", default=[])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--calls", type=int, default=100)
