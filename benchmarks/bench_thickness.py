@@ -19,10 +19,10 @@ Parts (``--parts``, CPU and GPU):
             exact scale invariance check; with ``--spacing-pores``, also the pores case
             at those sizes and the spacings (1,1,1), (0.65,0.65,2.0), (0.7,1.3,1.0)
   porespy   (CPU) PoreSpy ``local_thickness`` (defaults) on 250^3 PoreSpy blobs (drawn
-            with ``--seed``) at porosity 0.5/0.6, blobiness 1/2 (``--porespy-cases``
-            for others, e.g. ``0.8/3``), against volsweep in the
-            same run; both timed as ``cases`` (the first call untimed: numba compiles
-            or loads its cache there), PoreSpy's first call reported apart
+            with ``--seed``) at porosity 0.5/0.6, blobiness 1/2 (others with
+            ``--porespy-cases``, e.g. ``0.8/3``), against volsweep in the same run;
+            both timed as ``cases`` (the first call untimed: numba compiles or loads
+            its cache there), PoreSpy's first call reported apart
   edt       (CPU) the edt package's ``edtsq`` against volsweep's numba passes, at the
             thread counts of ``--threads`` (fresh processes)
   gpu       (GPU) 250^3 blobs over ``--calls`` calls (CUDA events; max/median; pool bytes),
@@ -558,7 +558,8 @@ def _porosity_blobiness(text):
     try:
         porosity, blobiness = (float(v) for v in text.split("/"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected porosity/blobiness such as 0.5/2, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected porosity/blobiness such as 0.5/2, got {text!r}") from None
     if not (0 < porosity < 1 and blobiness > 0):
         raise argparse.ArgumentTypeError(f"porosity must lie in (0, 1) and blobiness be > 0, "
                                          f"got {text!r}")
