@@ -112,7 +112,8 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
     if method == "edt":
         import edt
 
-        d2 = edt.edtsq(phase, anisotropy=(wx, wy, wz), black_border=False,
+        # a uint8 view (no copy): edt is faster on it than on bool
+        d2 = edt.edtsq(phase.view(np.uint8), anisotropy=(wx, wy, wz), black_border=False,
                        parallel=cpu_threads()).astype(np.float64)
         if d2.max() >= _F32_EXACT:
             raise ValueError("edt's float32 output is not exact beyond 2**24: use method='numba'")
