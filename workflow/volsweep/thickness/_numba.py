@@ -1646,11 +1646,18 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
     m1 = np.searchsorted(cand, min(p1 + hmax, n0) * n1 * n2)
     best = np.empty(12, np.int64)
     half = np.empty(6, np.int64)
+    # the centres are sorted: (i, j) are divided out only when the row changes
+    rb = np.int64(-n2)  # flat index of the current row's first voxel
+    i = np.int64(0)
+    j = np.int64(0)
     for m in range(m0, m1):
         p = cand[m]
-        i = p // (n1 * n2)
-        j = (p // n2) % n1
-        k = p % n2
+        if p - rb >= n2:
+            row = p // n2
+            rb = row * n2
+            i = row // n1
+            j = row - i * n1
+        k = p - rb
         a = np.int64(d2[i, j, k])
         if a >= r2lim:
             continue
