@@ -342,7 +342,7 @@ sys.path.insert(0, sys.argv[1] + "/workflow"); sys.path.insert(0, sys.argv[1] + 
 from bench_thickness import blobs
 from volsweep.thickness import _cpu as C
 import edt
-phase = blobs((int(sys.argv[2]),) * 3)
+phase = blobs((int(sys.argv[2]),) * 3, seed=int(sys.argv[4]))
 threads = C.cpu_threads()
 calls = {"numba": lambda: C.edt_sq(phase, (1, 1, 1), method="numba"),
          "edt": lambda: C.edt_sq(phase, (1, 1, 1), method="edt"),
@@ -365,7 +365,7 @@ def part_edt(a, out, log):
     for th in a.threads:
         env = dict(os.environ, NUMBA_NUM_THREADS=str(th))
         cmd = ["taskset", "-c", f"0-{th - 1}", sys.executable, "-c", EDT_CHILD, str(ROOT),
-               str(a.size), str(a.repeat)]
+               str(a.size), str(a.repeat), str(a.seed)]
         res = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True,
                                         check=True).stdout.strip().splitlines()[-1])
         res["threads"] = th
