@@ -147,6 +147,14 @@ def test_spacing_with_small_ratios_does_not_warn(recwarn):
     assert not [w for w in recwarn if "nearest such spacing" in str(w.message)]
 
 
+def test_distance_map_method_checked_first():
+    # named in the error, before any work, whatever the phase (an all-phase array returns
+    # early)
+    for phase in (np.ones((3, 4, 5), bool), blobs((6, 5, 7), sigma=1, seed=2)):
+        with pytest.raises(ValueError, match="method='scipy'"):
+            CPU.edt_sq(phase, (1, 1, 1), method="scipy")
+
+
 def test_distance_maps_equal_oracle():
     phase = blobs((15, 12, 18), sigma=2, seed=5)
     for spacing in [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3), (0.65, 0.65, 2.0)]:

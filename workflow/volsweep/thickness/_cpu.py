@@ -105,6 +105,8 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
     >>> edt_sq(np.array([[[False, True, True]]]), (1, 1, 2))[0, 0].tolist()
     [0.0, 4.0, 16.0]
     """
+    if method not in ("numba", "edt"):
+        raise ValueError(f"method must be 'edt' or 'numba', got method={method!r}")
     phase = np.ascontiguousarray(phase, dtype=bool)
     wx, wy, wz = (float(w) for w in weights)
     if phase.all():
@@ -118,8 +120,6 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
         if d2.max() >= _F32_EXACT:
             raise ValueError("edt's float32 output is not exact beyond 2**24: use method='numba'")
         return d2
-    if method != "numba":
-        raise ValueError(f"method must be 'edt' or 'numba', got method={method!r}")
     if max(weights) > 2**31:
         raise ValueError(f"lattice weights {tuple(weights)} too large")
     k = _kernels()
