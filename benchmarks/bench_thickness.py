@@ -23,8 +23,9 @@ Parts (``--parts``, CPU and GPU):
             ``--porespy-cases``, e.g. ``0.8/3``), against volsweep in the same run;
             both timed as ``cases`` (the first call untimed: numba compiles or loads
             its cache there), PoreSpy's first call reported apart
-  edt       (CPU) the edt package's ``edtsq`` against volsweep's numba passes, at the
-            thread counts of ``--threads`` (fresh processes)
+  edt       (CPU) the edt package's ``edtsq`` (through ``edt_sq(method="edt")`` and its
+            call alone) against volsweep's numba passes, on blobs drawn with ``--seed``,
+            at the thread counts of ``--threads`` (fresh processes)
   gpu       (GPU) 250^3 blobs over ``--calls`` calls (CUDA events; max/median; pool bytes),
             800x800x200 blobs, peak pool bytes against ``thickness_memory_bytes``; with
             ``--check-cpu`` also GPU == CPU bit for bit on the cases of ``AGAINST_CPU``
