@@ -1182,6 +1182,24 @@ def test_disc_need_beyond_the_tables_equals_the_table(weights):
         np.testing.assert_array_equal(far[t, c], table[t, rho])
 
 
+@pytest.mark.parametrize("weights, extent", [((1, 1, 1), None), ((13, 13, 40), None),
+                                             ((13, 13, 40), (7, 5)), ((7, 13, 10), (30, 2)),
+                                             ((1, 1, 10), (3, 200))])
+def test_far_column_from_the_buckets_is_the_binary_search(weights, extent):
+    # The CPU kernels find the longest quarter-disc offset shorter than rho from a bucket
+    # index (far_buckets, as far's row 6) and a short scan: the column a binary search
+    # finds, for every rho up to past the longest length, whatever the lattice.
+    r2max = 60 * max(weights) ** 2
+    far = TAB.disc_need_far(r2max, weights[1], weights[2], extent)
+    idx = TAB.far_buckets(far[5])
+    shift = int(idx[-1])
+    assert far.shape[1] == idx.size and int(far[5, -1]) >> shift < idx.size - 1
+    f7 = np.vstack([far, idx])
+    rho = np.arange(1, int(far[5, -1]) + 3)
+    got = np.array([NB._far_column(f7, int(r)) for r in rho])
+    np.testing.assert_array_equal(got, np.searchsorted(far[5], rho) - 1)
+
+
 @pytest.mark.parametrize("weights, extent", [((1, 1, 1), (4, 9)), ((13, 13, 40), (7, 5)),
                                              ((7, 13, 10), (30, 2))])
 def test_disc_need_far_clipped_to_the_array_is_the_clipped_discs_need(weights, extent):

@@ -24,8 +24,8 @@ from volsweep.backend import cpu_threads
 
 from . import _tables
 from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, LEVEL_LUT_MAX, cap_limit,
-                      diameter_lut, disc_need_far, disc_need_table, far_columns, far_min_r2,
-                      half_table, level_lut, prune_table)
+                      diameter_lut, disc_need_far, disc_need_table, far_buckets, far_columns,
+                      far_min_r2, half_table, level_lut, prune_table)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
@@ -303,6 +303,7 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
         ranks = (np.searchsorted(vals, r2i) + 1).astype(np.uint32)
         ext = _half_extent(r2i.astype(np.float64), wi[0])
         far = disc_need_far(rmax, wi[1], wi[2], (n1, n2))
+        far = np.vstack([far, far_buckets(far[5])])  # row 6: the kernels' bucket index
     # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
     # balls whose every disc is (not painted at all)
     moff = np.zeros(cand.size + 1, np.int64)
@@ -468,6 +469,7 @@ _PER_CENTRE = 8 * 6 + 4 * 4 + 8
 # the disc thresholds.
 _TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * LEVEL_LUT_MAX + _tables.PRUNE_TABLE_BUILD_BYTES
                 + MASK_LUT_BYTES + 8 * 12 * 64 * TH_MAX_VALUES)
-# Building disc_need_far: its 6 int64 rows and the quarter disc's sorts (12 rows at the peak,
-# one more for the arrays' headers and small temporaries).
-_FAR_COLUMN_BYTES = 8 * 13
+# disc_need_far: building it takes its 6 int64 rows and the quarter disc's sorts (12 rows at
+# the peak, one more for the arrays' headers and small temporaries); adding the bucket index
+# (far_buckets) holds the 6 rows, the 7 of the copy and 2 of temporaries.
+_FAR_COLUMN_BYTES = 8 * 15

@@ -36,9 +36,10 @@ SCOPE_NOTE = r"(\x1b\[[0-9;]*m)*variable '_(hw|need4?)_[\w.]*' is not in scope"
 warnings.filterwarnings("ignore", message=SCOPE_NOTE, category=NumbaIRAssumptionWarning)
 
 _OPTS = dict(cache=True, nogil=True)
-# Helpers the painter calls per ball, row or word: compiled without numba's reference
-# counting, which otherwise adds an atomic increment and decrement per array argument and
-# call (about half of the painter's time).  They allocate nothing.
+# Kernels and helpers that allocate nothing, compiled without numba's reference counting:
+# it adds an atomic increment and decrement per array argument and call, which took about
+# half of the painter's time, two thirds of the disc masks' past the tables and a fifth of
+# pruning's on a solid with a few pores (with two threads the counts' cache lines bounce).
 _LEAF = dict(cache=True, nogil=True, _nrt=False)
 
 # A line whose largest finite squared distance is below (BRUTE_SPAN * w)^2 is scanned
@@ -340,7 +341,7 @@ def _gap(i, lo, hi):
     return 0
 
 
-@njit(**_OPTS)
+@njit(**_LEAF)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
           levlut, r2min, r2first, step, ridge, cap, out, i0, i1):
     # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
@@ -532,7 +533,7 @@ def uphill_bits(d2, cand):
     return out
 
 
-@njit(**_OPTS)
+@njit(**_LEAF)
 def far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, r2min,
                   step, ridge, cap):
     # The flat index of a centre q whose ball holds the whole ball of centre (i, j, k), -1
@@ -1093,12 +1094,24 @@ def _hw(table, w, b, far):
     return h
 
 
+@njit(inline="always", **_OPTS)
+def _far_column(far, rho):
+    # The last column of far whose length (row 5) is < rho: the longest offset inside the
+    # disc of rho.  far: _tables.disc_need_far's rows, then _tables.far_buckets of its
+    # lengths as row 6 (the shift in its last column).
+    n = far.shape[1]
+    c = far[6, min(rho >> far[6, n - 1], max(n - 2, 0))]
+    while c < n and far[5, c] < rho:
+        c += 1
+    return c - 1
+
+
 def _need4(need2, far, rho):
-    """need2[t, rho] for t = 0, 1, 3, 4 (disc_need_table); with far an array
-    (_tables.disc_need_far), past the table's end from far's running maxima."""
+    """need2[t, rho] for t = 0, 1, 3, 4 (disc_need_table); with far an array (rows as
+    _far_column's), past the table's end from far's running maxima."""
     if far is None or rho < need2.shape[1]:
         return need2[0, rho], need2[1, rho], need2[3, rho], need2[4, rho]
-    c = np.searchsorted(far[5], rho) - 1  # the longest offset inside the disc
+    c = _far_column(far, rho)
     return far[0, c], far[1, c], far[3, c], far[4, c]
 
 
@@ -1107,7 +1120,13 @@ def _need(need2, far, t, rho):
     row = (t >> 1) * 3 + (t & 1)
     if far is None or rho < need2.shape[1]:
         return need2[row, rho]
-    return far[row, np.searchsorted(far[5], rho) - 1]
+    return far[row, _far_column(far, rho)]
+
+
+# past the tables the lookups are calls without reference counting (inlined, they added an
+# atomic increment and decrement per call that took two thirds of the disc masks' time)
+_need4_far = njit(**_LEAF)(_need4)
+_need_far = njit(**_LEAF)(_need)
 
 
 @overload(_hw, inline="always")
@@ -1122,14 +1141,14 @@ def _need4_typed(need2, far, rho):
     if isinstance(far, types.NoneType):
         return lambda need2, far, rho: (need2[0, rho], need2[1, rho], need2[3, rho],
                                         need2[4, rho])
-    return _need4
+    return lambda need2, far, rho: _need4_far(need2, far, rho)
 
 
 @overload(_need, inline="always")
 def _need_typed(need2, far, t, rho):
     if isinstance(far, types.NoneType):
         return lambda need2, far, t, rho: need2[(t >> 1) * 3 + (t & 1), rho]
-    return _need
+    return lambda need2, far, t, rho: _need_far(need2, far, t, rho)
 
 
 @njit(**_LEAF)
