@@ -1272,6 +1272,38 @@ def test_masks_beyond_the_integer_tables_equal_the_tables_masks(spacing, monkeyp
     assert (clipped != masks).any()
 
 
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])
+def test_max_painter_past_the_integer_tables_is_exact(spacing, monkeypatch):
+    # Lattice weights in the hundreds put even small balls past the integer tables: the max
+    # painter then takes their ranks by a search, their half-widths by sqrt and their disc
+    # thresholds from the far table.  With the tables (and the mask table) cut short, the
+    # small balls here take that path: the same thickness as with the tables, the oracle's.
+    rng = np.random.default_rng(12)
+    g = np.indices((23, 19, 17)).astype(float)
+    phase = np.zeros((23, 19, 17), bool)
+    for _ in range(7):
+        c = rng.uniform(0, 1, 3)[:, None, None, None] * np.array(phase.shape)[:, None, None, None]
+        phase |= ((g - c) ** 2).sum(0) < rng.uniform(2, 6) ** 2
+    phase[rng.random(phase.shape) < 0.03] = False
+    ref = T.local_thickness(phase, spacing=spacing)
+    seen = []
+    paint_max = NB.paint_max
+
+    def recorded(d2, cand, bits, r2lim, rank_lut, *rest):
+        far = rest[4]
+        seen.append((far is not None, r2lim, rank_lut.size))
+        return paint_max(d2, cand, bits, r2lim, rank_lut, *rest)
+
+    with monkeypatch.context() as m:
+        m.setattr(CPU, "INT_TABLE_MAX", 8)
+        m.setattr(CPU, "MASK_LUT_BYTES", 12 * 8 * 3 * 4)
+        m.setattr(NB, "paint_max", recorded)
+        got = T.local_thickness(phase, spacing=spacing)
+    assert seen and all(far and r2lim > size for far, r2lim, size in seen)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(got, oracle_local_thickness(phase, spacing))
+
+
 @pytest.mark.parametrize("w", [1, 7, 40])
 def test_half_widths_past_the_table_equal_a_longer_table(w):
     # Past a half_table's end the painter's half-widths come from an integer-corrected

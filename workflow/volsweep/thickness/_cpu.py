@@ -195,6 +195,9 @@ def _slab_planes(planes: int) -> int:
 # (paint_max), after the larger ones in painting order: below it, sorting a ball and its
 # assigned bits cost more than the max painter's rows; from about 16 the rows cost more.
 MAX_PAINT_RADIUS = 12
+# int64 work values a max painter's task keeps (its best D2 per neighbour class, its row
+# clips), one row per output plane (the task starting there takes it)
+_MAX_PAINTER_WORK = 12 + 6
 
 
 def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None, *, r2s=None):
@@ -260,10 +263,16 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     if uphill is None:
         uphill = k.uphill_bits(d2, cand)
     vals = values.astype(np.int64)
-    # the thresholds of the balls of < 32 slices within the tables (at most TH_MAX_VALUES)
-    nsmall = int(np.searchsorted(vals, min((32 * wi[0]) ** 2, tab), side="right"))
+    # past the tables (large lattice weights put even small balls there) the disc needs
+    # come from the far table, with its bucket index as row 6 (_numba._far_column)
+    far = None
+    if rmax > tab:
+        far = disc_need_far(rmax, wi[1], wi[2], (n1, n2))
+        far = np.vstack([far, far_buckets(far[5])])
+    # the thresholds of the balls of < 32 slices (at most TH_MAX_VALUES)
+    nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))
     nsmall = min(nsmall, TH_MAX_VALUES)
-    th = disc_thresholds(vals[:nsmall], need2, wi[0])
+    th = disc_thresholds(vals[:nsmall], need2, wi[0], far)
     # small balls (with thresholds) are max-painted in memory order, the others in
     # painting order
     r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, int(vals[nsmall - 1]) + 1 if nsmall else 0)
@@ -271,22 +280,25 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         big = r2i >= r2lim
         everything = bool(big.all())
         _paint_ordered(d2, cand if everything else cand[big], r2i if everything else r2i[big],
-                       uphill if everything else uphill[big], rank_lut, vals, th, need2, wi,
-                       lo, hi, out)
+                       uphill if everything else uphill[big], rank_lut, vals, th, need2, far,
+                       wi, lo, hi, out)
         if everything:
             return out, values
     else:
         out[...] = 0
-    hwx = half_table(min(rmax, r2lim - 1), wi[0])
-    _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, hwx,
-         half_table(tab, wi[1]), half_table(tab, wi[2]), th, disc_mask_lut(wi, MASK_LUT_BYTES),
-         wi[0], wi[1], wi[2], *lo, *hi, int(hwx[-1]), out, tasks_per_thread=2)
+    hmax = int(_half_extent(np.array([min(rmax, r2lim - 1)], np.float64), wi[0])[0])
+    _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, vals,
+         half_table(min(tab, r2lim - 1), wi[0]), half_table(tab, wi[1]), half_table(tab, wi[2]),
+         far, th, disc_mask_lut(wi, MASK_LUT_BYTES), wi[0], wi[1], wi[2], *lo, *hi, hmax, out,
+         np.empty((out.shape[0], _MAX_PAINTER_WORK), np.int64), tasks_per_thread=2)
     return out, values
 
 
-def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi, out):
+def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, far, wi, lo, hi, out):
     """Paint the balls of ``cand`` into ``out`` (all of it written) in decreasing D2 with
-    assigned bits (paint_bits_int), skipping the discs inside uphill neighbours' discs."""
+    assigned bits (paint_bits_int), skipping the discs inside uphill neighbours' discs.
+    ``far``: the disc needs past ``need2`` (with its bucket row), None when ``vals`` stay
+    within it."""
     k = _kernels()
     n0, n1, n2 = d2.shape
     rmax = int(vals[-1])
@@ -296,14 +308,11 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, wi, lo, hi,
         ranks = np.empty(cand.size, np.uint32)
         _run(k.centre_arrays, cand.size, cand, r2i, rank_lut, half_table(rmax, wi[0]), n1, n2,
              ci, cj, ck, ranks, ext)
-        far = None  # every squared radius inside the tables
     else:
         ci, rem = np.divmod(cand, n1 * n2)
         cj, ck = np.divmod(rem, n2)
         ranks = (np.searchsorted(vals, r2i) + 1).astype(np.uint32)
         ext = _half_extent(r2i.astype(np.float64), wi[0])
-        far = disc_need_far(rmax, wi[1], wi[2], (n1, n2))
-        far = np.vstack([far, far_buckets(far[5])])  # row 6: the kernels' bucket index
     # discs inside uphill neighbours' discs (one bit per plane of each ball), and the
     # balls whose every disc is (not painted at all)
     moff = np.zeros(cand.size + 1, np.int64)
@@ -374,10 +383,12 @@ def _half_extent(r2s: np.ndarray, w: int) -> np.ndarray:
     return np.maximum(h, -1)
 
 
-def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int) -> np.ndarray:
+def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int, far=None) -> np.ndarray:
     """th[r, c, d + h]: the disc at plane offset d of a ball of D2 = vals[r] (h < 32 its half
     extent) lies inside the disc of a neighbour of class c = (ex + 1) * 4 + |ey| * 2 + |ek|
-    iff D2(q) > th (see the kernel disc_skip_masks_bits); 0 past the ball's planes.
+    iff D2(q) > th (see the kernel disc_skip_masks_bits); 0 past the ball's planes.  Needs
+    past ``need2``'s end come from ``far`` (``disc_need_far`` with its bucket index as row
+    6), which a ``vals`` past the table requires.
 
     Examples
     --------
@@ -389,7 +400,10 @@ def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int) -> np.ndarray:
     vals = np.ascontiguousarray(vals, dtype=np.int64)
     th = np.empty((vals.size, 12, 64), np.int64)
     h = _half_extent(vals.astype(np.float64), w)
-    _run(_kernels().disc_thresholds, vals.size, vals, h, need2, int(w), th)
+    if far is None and vals.size and vals[-1] >= need2.shape[1]:
+        raise ValueError(f"disc_thresholds: vals up to {int(vals[-1])} past the table's "
+                         f"{need2.shape[1]} columns need far")
+    _run(_kernels().disc_thresholds, vals.size, vals, h, need2, far, int(w), th)
     return th
 
 
@@ -458,7 +472,8 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     the disc needs past them (``_tables.far_columns`` of the lattice ``weights``)."""
     n = math.prod(shape)
     per_voxel = 1 + 8 + 8 + 4 + 4 + 4 + _PER_CENTRE
-    return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights))
+    return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights)
+               + 8 * _MAX_PAINTER_WORK * shape[0])
 
 
 # Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2 (int64);

@@ -777,22 +777,22 @@ def paint_order(ranks, skip, nvals):
 
 
 @njit(**_OPTS)
-def disc_thresholds(vals, h, need2, w, th, r0, r1):
+def disc_thresholds(vals, h, need2, far, w, th, r0, r1):
     # th[r, c, d + h[r]] for rows [r0, r1) (_cpu.disc_thresholds): need2[t, rho] + ((d -
     # ex) w)^2 with rho = vals[r] - (d w)^2, class c = (ex + 1) * 4 + t, t = |ey| * 2 + |ek|
-    # (need2's row (t >> 1) * 3 + (t & 1)); 0 past the ball's planes (d > h[r]).
+    # (need2's row (t >> 1) * 3 + (t & 1), past its end far's: _need); 0 past the ball's
+    # planes (d > h[r]).
     for r in range(r0, r1):
         for c in range(12):
             ex = c // 4 - 1
             t = c % 4
-            row = need2[(t >> 1) * 3 + (t & 1)]
             for x in range(64):
                 d = x - h[r]
                 if d > h[r]:
                     th[r, c, x] = 0
                 else:
                     rho = max(vals[r] - (d * w) ** 2, 0)
-                    th[r, c, x] = row[rho] + ((d - ex) * w) ** 2
+                    th[r, c, x] = _need(need2, far, t, rho) + ((d - ex) * w) ** 2
 
 
 @njit(inline="always", **_OPTS)
@@ -1125,6 +1125,7 @@ def _need(need2, far, t, rho):
 
 # past the tables the lookups are calls without reference counting (inlined, they added an
 # atomic increment and decrement per call that took two thirds of the disc masks' time)
+_hw_far = njit(**_LEAF)(_hw)
 _need4_far = njit(**_LEAF)(_need4)
 _need_far = njit(**_LEAF)(_need)
 
@@ -1133,7 +1134,7 @@ _need_far = njit(**_LEAF)(_need)
 def _hw_typed(table, w, b, far):
     if isinstance(far, types.NoneType):
         return lambda table, w, b, far: table[b]
-    return _hw
+    return lambda table, w, b, far: _hw_far(table, w, b, far)
 
 
 @overload(_need4, inline="always")
@@ -1647,15 +1648,17 @@ def _clip_rows(half, clip, di, sxi, syi, hmax):
     return jlo, jhi
 
 
-@njit(**_OPTS)
-def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi, szi, lo0, lo1,
-              lo2, hi0, hi1, hi2, hmax, out, q0, q1):
+@njit(**_LEAF)
+def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
+              lo0, lo1, lo2, hi0, hi1, hi2, hmax, out, work, q0, q1):
     # Output planes [q0, q1) of the box: out = max(out, rank) over the visible discs of the
     # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
     # no sort and no slab lists: the centres (sorted flat indices) whose ball reaches these
     # planes are one range of cand, read in memory order.  A disc inside an uphill
     # neighbour's disc (_small_mask) is skipped, as in paint_bits_int: every skipped
-    # disc is covered by a painted one of a value at least as large.
+    # disc is covered by a painted one of a value at least as large.  Squared lengths past
+    # the tables (far an array): ranks by a search of vals, half-widths by _hw.  work:
+    # (planes, 18) int64, row q0 this task's (nothing allocated: no reference counting).
     n0, n1, n2 = d2.shape
     s0, s1, s2 = out.shape
     flat = out.reshape(-1)
@@ -1663,8 +1666,8 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
     p1 = lo0 + q1
     m0 = np.searchsorted(cand, max(p0 - hmax, 0) * n1 * n2)
     m1 = np.searchsorted(cand, min(p1 + hmax, n0) * n1 * n2)
-    best = np.empty(12, np.int64)
-    half = np.empty(6, np.int64)
+    best = work[q0, :12]
+    half = work[q0, 12:]
     # the centres are sorted: (i, j) are divided out only when the row changes
     rb = np.int64(-n2)  # flat index of the current row's first voxel
     i = np.int64(0)
@@ -1680,12 +1683,12 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
         a = np.int64(d2[i, j, k])
         if a >= r2lim:
             continue
-        h = hwx[a]
+        h = _hw(hwx, sxi, a, far)
         ia = max(i - h, p0)
         ib = min(i + h, p1 - 1)
         if ia > ib:
             continue
-        r = rank_lut[a]
+        r = rank_lut[a] if a < rank_lut.size else np.searchsorted(vals, a, side="right")
         _class_best(d2, bits[m], i, j, k, best)
         if a < lut.shape[0]:
             mask = _lut_mask(best, a, lut)
@@ -1693,7 +1696,8 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
             mask = _small_mask(best, th, r - 1, h)
         rank = np.uint32(r)
         jp, jm, kp, km = _face_uphill(bits[m])  # rows held by those neighbours are skipped
-        clip = hwy[a] >= ROW_CLIP_MIN and _row_clip(d2, bits[m], i, j, k, a, sxi, syi, half)
+        clip = _hw(hwy, syi, a, far) >= ROW_CLIP_MIN and _row_clip(d2, bits[m], i, j, k, a, sxi,
+                                                                  syi, half)
         # the visible planes' bits (d + h for plane offset d) within [ia, ib]
         span = np.uint64(ib - ia + 1)
         todo = ~mask & ((np.uint64(2) << (span - np.uint64(1))) - np.uint64(1)) << np.uint64(ia - i + h)
@@ -1702,7 +1706,7 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
             todo &= todo - np.uint64(1)
             dx = (ii - i) * sxi
             rho = a - dx * dx
-            hj = hwy[rho]
+            hj = _hw(hwy, syi, rho, far)
             jlo, jhi = _clip_rows(half, clip, ii - i, sxi, syi, hj)
             if jp:
                 jhi = min(jhi, 0)
@@ -1710,7 +1714,7 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, hwx, hwy, hwz, th, lut, sxi, syi,
                 jlo = max(jlo, 0)
             for jj in range(max(j + jlo, lo1), min(j + jhi, hi1 - 1) + 1):
                 dy = (jj - j) * syi
-                hk = hwz[rho - dy * dy]
+                hk = _hw(hwz, szi, rho - dy * dy, far)
                 base = ((ii - lo0) * s1 + (jj - lo1)) * s2 - lo2
                 k0 = k + hk if km else k - hk
                 k1 = k - hk if kp else k + hk
