@@ -1125,7 +1125,6 @@ def _need(need2, far, t, rho):
 
 # past the tables the lookups are calls without reference counting (inlined, they added an
 # atomic increment and decrement per call that took two thirds of the disc masks' time)
-_hw_far = njit(**_LEAF)(_hw)
 _need4_far = njit(**_LEAF)(_need4)
 _need_far = njit(**_LEAF)(_need)
 
@@ -1134,7 +1133,7 @@ _need_far = njit(**_LEAF)(_need)
 def _hw_typed(table, w, b, far):
     if isinstance(far, types.NoneType):
         return lambda table, w, b, far: table[b]
-    return lambda table, w, b, far: _hw_far(table, w, b, far)
+    return _hw  # inlined: a call per row costs more (5x on rows past the tables)
 
 
 @overload(_need4, inline="always")
