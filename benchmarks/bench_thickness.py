@@ -210,50 +210,17 @@ def part_scaling(a, out, log):
     out["scaling"] = rows
 
 
-class StageClock:
-    """Marks between the stages of one call: host clock, or CUDA events on the GPU."""
-
-    def __init__(self, device):
-        self.device, self.marks = device, []
-
-    def mark(self):
-        if self.device == "cuda":
-            import cupy as cp
-
-            e = cp.cuda.Event()
-            e.record()
-            self.marks.append(e)
-        else:
-            self.marks.append(time.perf_counter())
-
-    def seconds(self):
-        if self.device == "cuda":
-            import cupy as cp
-
-            self.marks[-1].synchronize()
-            return [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
-
-
-STAGES = ("distance map", "pruning", "painting", "diameters")
-
-
 def stage_times(phase, device):
-    """Seconds of each of STAGES in one whole-volume call at unit spacing."""
-    from volsweep.thickness import _backend, _tables
+    """Seconds of each of ``T.STAGES`` in one whole-volume call at unit spacing (the
+    package's own marks, as it logs them at DEBUG level)."""
+    from volsweep.thickness import _finish, _tables, _thickness_r2
+    from volsweep.thickness._clock import StageClock
 
-    impl = _backend(device)
     weights, scale = _tables.lattice((1, 1, 1))
-    box = ((0, 0, 0), phase.shape)
     clock = StageClock(device)
     clock.mark()
-    d2 = impl.edt_sq(phase, weights)
-    clock.mark()
-    cand, extra = impl.candidates(d2, weights, *box, float("inf"))
-    clock.mark()
-    ranks, values = impl.paint(d2, cand, weights, *box, extra, r2s=impl.centre_r2(d2, cand))
-    clock.mark()
-    impl.finish(ranks, values, scale)
+    r2, _, _ = _thickness_r2(phase, weights, device, (0, 0, 0), phase.shape, float("inf"), clock)
+    _finish(r2, scale, device)
     clock.mark()
     return clock.seconds()
 
@@ -267,11 +234,11 @@ def part_stages(a, out, log):
         x = on_device(make(n), a.device)
         stage_times(x, a.device)
         runs = [stage_times(x, a.device) for _ in range(a.repeat)]
-        med = [statistics.median(r[s] for r in runs) for s in range(len(STAGES))]
-        rows.append({"case": name, "size": n, "stages": dict(zip(STAGES, med)),
+        med = [statistics.median(r[s] for r in runs) for s in range(len(T.STAGES))]
+        rows.append({"case": name, "size": n, "stages": dict(zip(T.STAGES, med)),
                      "total_s": sum(med)})
         log(f"stages {name:9s} {n}^3: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in
-                                                    zip(STAGES, med)) + f"; total {sum(med) * 1e3:.2f} ms")
+                                                    zip(T.STAGES, med)) + f"; total {sum(med) * 1e3:.2f} ms")
     out["stages"] = rows
 
 

@@ -1470,3 +1470,37 @@ def test_balls_past_the_disc_thresholds_stay_exact(monkeypatch, cap):
         phase = blobs((21, 17, 19), sigma=2.5, seed=13)
         np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
                                       oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])
+def test_each_call_logs_its_stages_at_debug_level(spacing, caplog):
+    # One DEBUG line per call: the ball centres that pruning kept (the count of candidates
+    # for the same box) and the seconds of the four stages, within the call's time; a core
+    # call names its core box; nothing above DEBUG.
+    import re
+    import time
+
+    phase = solid_with_pores((31, 24, 19), 3, 6)
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    kept = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)[0].size
+    T.local_thickness(phase, spacing=spacing)  # compiled, tables built
+    with caplog.at_level("INFO", logger="volsweep"):
+        T.local_thickness(phase, spacing=spacing)
+    assert not caplog.records
+    with caplog.at_level("DEBUG", logger="volsweep"):
+        t = time.perf_counter()
+        T.local_thickness(phase, spacing=spacing)
+        wall = time.perf_counter() - t
+    (rec,) = caplog.records
+    msg = rec.getMessage()
+    assert rec.levelname == "DEBUG" and "(31, 24, 19) block on cpu" in msg, msg
+    assert f"lattice weights {tuple(int(w) for w in weights)}: {kept} ball centres kept" in msg
+    seconds = [float(v) for v in re.findall(r"(?:distance map|pruning|painting|diameters) "
+                                            r"([0-9.e-]+) s", msg)]
+    assert len(seconds) == 4 and 0 < sum(seconds) <= 1.01 * wall, msg  # 3 digits each
+    caplog.clear()
+    r = T.max_inscribed_radius(phase, spacing=spacing)
+    with caplog.at_level("DEBUG", logger="volsweep"):
+        T.local_thickness_core(phase, (slice(2, 9), slice(None), slice(3, 17)), r, spacing=spacing)
+    assert "(core (2, 0, 3)-(9, 24, 17))" in caplog.records[-1].getMessage()

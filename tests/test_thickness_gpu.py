@@ -549,3 +549,33 @@ def test_cuda_source_emulated_thin_block_past_the_tables(emulated):
     phase[0, 2, 3] = False  # balls reach (139 * 10)**2 > 2**20
     _, lt = emulated_thickness(emulated, phase, (10, 1, 1))
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, (10, 1, 1)))
+
+
+@pytest.mark.gpu
+def test_gpu_call_logs_its_stages_at_debug_level(caplog):
+    # The GPU's DEBUG line: its kept centres (the GPU's candidates), the four stages'
+    # seconds from CUDA events, within the call's time (synchronised).
+    import re
+    import time
+
+    import cupy as cp
+
+    from volsweep.thickness import _gpu as G
+
+    phase = cp.asarray(solid_with_pores((41, 30, 27), 3, 6))
+    weights, _ = TAB.lattice((0.65, 0.65, 2.0))
+    d2 = G.edt_sq(phase, weights)
+    kept = int(G.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)[0].size)
+    T.local_thickness(phase, spacing=(0.65, 0.65, 2.0))
+    cp.cuda.Device().synchronize()
+    with caplog.at_level("DEBUG", logger="volsweep"):
+        t = time.perf_counter()
+        T.local_thickness(phase, spacing=(0.65, 0.65, 2.0))
+        cp.cuda.Device().synchronize()
+        wall = time.perf_counter() - t
+    (rec,) = caplog.records
+    msg = rec.getMessage()
+    assert "(41, 30, 27) block on cuda" in msg and f": {kept} ball centres kept" in msg, msg
+    seconds = [float(v) for v in re.findall(r"(?:distance map|pruning|painting|diameters) "
+                                            r"([0-9.e-]+) s", msg)]
+    assert len(seconds) == 4 and 0 < sum(seconds) <= 1.01 * wall, msg  # 3 digits each

@@ -45,6 +45,7 @@ import warnings
 import numpy as np
 
 from . import _tables as tables
+from ._clock import StageClock
 from volsweep.backend import get_array_module, is_cupy_array, resolve_device, to_device, to_numpy
 from volsweep.validation import check_spacing as _check_spacing
 
@@ -80,6 +81,8 @@ def _check_binary(binary, name: str = "binary"):
 
 
 log = logging.getLogger("volsweep")
+# The stages of a call, as logged at DEBUG level (one line per call, _log_stages).
+STAGES = ("distance map", "pruning", "painting", "diameters")
 
 def _lattice(spacing, shape):
     """(weights, scale) of the spacing; raises when squared lengths of this shape leave float64,
@@ -114,20 +117,26 @@ def _backend(device: str):
 
 
 # --------------------------------------------------------------------------- core
-def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep):
+def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep, clock=None):
     """Rank map of the box and its squared lattice radii; ``phase`` is on ``device``.
 
-    Returns ((ranks, values), r2max); (None, r2max) when a centre that may reach the
-    box has r2max > r2keep.
+    Returns ((ranks, values), r2max, kept centres); (None, r2max, kept) when a centre
+    that may reach the box has r2max > r2keep.  ``clock``: a StageClock marked after the
+    distance map, the pruning and the painting.
     """
     impl = _backend(device)
+    mark = clock.mark if clock is not None else lambda: None
     d2 = impl.edt_sq(phase, weights)
+    mark()
     cand, extra = impl.candidates(d2, weights, box_lo, box_hi, r2keep)
     r2s = impl.centre_r2(d2, cand)
+    mark()
     r2max = float(r2s.max()) if cand.size else 0.0
     if r2max > r2keep:
-        return None, r2max
-    return impl.paint(d2, cand, weights, box_lo, box_hi, extra, r2s=r2s), r2max
+        return None, r2max, int(cand.size)
+    r2 = impl.paint(d2, cand, weights, box_lo, box_hi, extra, r2s=r2s)
+    mark()
+    return r2, r2max, int(cand.size)
 
 
 def _finish(r2, scale, device):
@@ -156,16 +165,33 @@ def _thickness(binary, weights, scale, dev, box_lo, box_hi, r2keep):
 
     Both devices compute the same exact integers, so the host's result is the device's.
     """
+    clock = StageClock(dev) if log.isEnabledFor(logging.DEBUG) else None
     try:
         phase = to_device(binary, dev)
-        r2, r2max = _thickness_r2(phase, weights, dev, box_lo, box_hi, r2keep)
-        return (None if r2 is None else _finish(r2, scale, dev)), r2max
+        if clock is not None:
+            clock.mark()
+        r2, r2max, kept = _thickness_r2(phase, weights, dev, box_lo, box_hi, r2keep, clock)
+        result = None if r2 is None else _finish(r2, scale, dev)
+        if clock is not None and r2 is not None:
+            clock.mark()
+            _log_stages(binary.shape, box_lo, box_hi, weights, dev, kept, clock.seconds())
+        return result, r2max
     except _out_of_device_memory() if dev == "cuda" else () as exc:
         phase = r2 = None
         _free_device_memory()
         log.warning("local thickness: out of GPU memory on %s voxels (%s); computing on the CPU",
                     binary.shape, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return _thickness(to_numpy(binary), weights, scale, "cpu", box_lo, box_hi, r2keep)
+
+
+def _log_stages(shape, box_lo, box_hi, weights, device, kept, seconds):
+    """One DEBUG line per call: the kept ball centres and each stage's seconds."""
+    box = "" if tuple(box_lo) == (0, 0, 0) and tuple(box_hi) == tuple(shape) else \
+        f" (core {tuple(int(v) for v in box_lo)}-{tuple(int(v) for v in box_hi)})"
+    stages = ", ".join(f"{name} {s:.3g} s" for name, s in zip(STAGES, seconds))
+    log.debug("local thickness of a %s block%s on %s, lattice weights %s: %d ball centres "
+              "kept; %s", tuple(int(v) for v in shape), box, device,
+              tuple(int(w) for w in weights), kept, stages)
 
 
 def _return_like(result, like, device):
@@ -183,7 +209,7 @@ def _squared_radius(binary, *, spacing=(1, 1, 1), device="cpu"):
     dev = resolve_device(device, binary)
     weights, scale = _lattice(spacing, binary.shape)
     phase = to_device(binary, dev)
-    (ranks, values), _ = _thickness_r2(phase, weights, dev, (0, 0, 0), phase.shape, math.inf)
+    (ranks, values), _, _ = _thickness_r2(phase, weights, dev, (0, 0, 0), phase.shape, math.inf)
     xp = get_array_module(values)
     lut = xp.concatenate([xp.zeros(1), values])
     return to_numpy(lut[ranks]), weights, scale
