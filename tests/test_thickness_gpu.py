@@ -144,11 +144,12 @@ def emulated_disc_masks(lib, d2, cand, weights, box_lo, box_hi, r2max, table_max
     g = lambda m, bs=64: (m + bs - 1) // bs  # noqa: E731
     tab = min(r2max, (table_max or TAB.INT_TABLE_MAX) - 1)
     need2 = np.ascontiguousarray(TAB.disc_need_table(tab, weights[1], weights[2]), np.float64)
-    far = np.zeros((6, 1))
+    far = np.zeros((7, 1))
     if r2max > tab:
         extent = (n1, n2) if clip else None
-        far = np.ascontiguousarray(TAB.disc_need_far(r2max, weights[1], weights[2], extent),
-                                   np.float64)
+        far = np.ascontiguousarray(
+            TAB.with_far_buckets(TAB.disc_need_far(r2max, weights[1], weights[2], extent)),
+            np.float64)
     nw = np.empty(cand.size, np.int64)
     lib.run_plane_words(g(cand.size), 64, _p(d2), _p(cand), L(cand.size), L(n1), L(n2),
                         D(float(weights[0])), L(box_lo[0]), L(box_hi[0]), _p(nw))

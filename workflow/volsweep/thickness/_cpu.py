@@ -24,8 +24,8 @@ from volsweep.backend import cpu_threads
 
 from . import _tables
 from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, LEVEL_LUT_MAX, cap_limit,
-                      diameter_lut, disc_need_far, disc_need_table, far_buckets, far_columns,
-                      far_min_r2, half_table, level_lut, prune_table)
+                      diameter_lut, disc_need_far, disc_need_table, far_columns,
+                      far_min_r2, half_table, level_lut, prune_table, with_far_buckets)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
@@ -267,8 +267,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     # come from the far table, with its bucket index as row 6 (_numba._far_column)
     far = None
     if rmax > tab:
-        far = disc_need_far(rmax, wi[1], wi[2], (n1, n2))
-        far = np.vstack([far, far_buckets(far[5])])
+        far = with_far_buckets(disc_need_far(rmax, wi[1], wi[2], (n1, n2)))
     # the thresholds of the balls of < 32 slices (at most TH_MAX_VALUES)
     nsmall = int(np.searchsorted(vals, (32 * wi[0]) ** 2, side="right"))
     nsmall = min(nsmall, TH_MAX_VALUES)

@@ -39,7 +39,7 @@ import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
                       INT_TABLE_MAX, MAX_TABLE_OFFSETS, cap_limit, diameter_lut, disc_need_far,
-                      disc_need_table, far_columns, far_min_r2, prune_table)
+                      disc_need_table, far_columns, far_min_r2, prune_table, with_far_buckets)
 
 CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
@@ -219,7 +219,8 @@ __device__ __forceinline__ void lt_uphill_best(const double* __restrict__ d2, lo
    same plane's disc of an uphill neighbour: D2(q) > need2[t, rho] + ((d - ex) sx)^2
    (exact integers in float64; need2 from _tables.disc_need_table, rows of nrho).  Past the
    table (rho >= nrho) the need is far's column of the longest quarter-disc offset shorter
-   than rho (far: _tables.disc_need_far, rows of nfar, row 5 the offsets' lengths).  *last:
+   than rho (far: _tables.with_far_buckets, rows of nfar: row 5 the offsets' lengths, row
+   6 their bucket index, its shift in the last column; the CPU's _far_column).  *last:
    the class tried first (the one that hid the previous disc). */
 __device__ __forceinline__ int lt_disc_hidden(const double* best, long long d, long long rho,
                                               double sx, const double* __restrict__ need2,
@@ -229,12 +230,12 @@ __device__ __forceinline__ int lt_disc_hidden(const double* best, long long d, l
     const double* col = need2 + rho;
     long long stride = nrho;
     if (rho >= nrho) {
-        long long lo = 0, hi = nfar;  /* the first length >= rho */
-        while (lo < hi) {
-            long long mid = (lo + hi) >> 1;
-            if (far[5 * nfar + mid] < (double)rho) lo = mid + 1; else hi = mid;
-        }
-        col = far + (lo - 1);
+        /* the first length >= rho, scanned from its bucket's first */
+        long long b = rho >> (long long)far[6 * nfar + nfar - 1];
+        long long bmax = nfar > 2 ? nfar - 2 : 0;
+        long long c = (long long)far[6 * nfar + (b < bmax ? b : bmax)];
+        while (c < nfar && far[5 * nfar + c] < (double)rho) ++c;
+        col = far + (c - 1);
         stride = nfar;
     }
     for (int cc = 0; cc < 12; ++cc) {
@@ -790,10 +791,10 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
     tab = min(int(r2max), INT_TABLE_MAX - 1)  # the table's last squared length
     need2 = DISC_NEEDS.get(tab, int(wy), int(wz))
     if r2max >= need2.shape[1]:
-        far = cp.asarray(disc_need_far(int(r2max), int(wy), int(wz), (n1, n2)),
+        far = cp.asarray(with_far_buckets(disc_need_far(int(r2max), int(wy), int(wz), (n1, n2))),
                          dtype=cp.float64)
     else:
-        far = cp.zeros((6, 1), cp.float64)  # not read
+        far = cp.zeros((7, 1), cp.float64)  # not read
     for b0 in range(0, cand.size, MASK_BATCH):
         cb = cand[b0:b0 + MASK_BATCH]
         rb = rank[b0:b0 + MASK_BATCH]
@@ -851,7 +852,7 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     finish = 1 + 8 + 4 + 4                 # D2 still held, ranks, result
     words = (int(shape[0]) + 63) // 64
     batch = min(n, MASK_BATCH) * (8 * words + 8 + 8 + 1 + 8 + 8)
-    far = 8 * 6 * far_columns(shape, weights)
+    far = 8 * 7 * far_columns(shape, weights)
     return int(n * max(edt, prune, paint, finish) + batch + far + _TABLE_BYTES)
 
 

@@ -376,7 +376,7 @@ def disc_need_far(r2max: int, wy: int, wz: int, extent=None) -> np.ndarray:
 
 
 def far_buckets(lengths) -> np.ndarray:
-    """A bucket index of ``disc_need_far``'s lengths (its row 5, ascending) for the CPU's
+    """A bucket index of ``disc_need_far``'s lengths (its row 5, ascending) for the kernels'
     lookups past the tables: ``idx[b]`` counts the lengths ``< b << s`` for
     ``b < idx.size - 1``, and ``idx[-1] = s``, the smallest shift that leaves fewer buckets
     than lengths.  A quarter disc's lengths are about evenly spread (their count grows
@@ -402,6 +402,18 @@ def far_buckets(lengths) -> np.ndarray:
     idx = np.searchsorted(lengths, np.arange(n, dtype=np.int64) << shift).astype(np.int64)
     idx[-1] = shift
     return idx
+
+
+def with_far_buckets(far: np.ndarray) -> np.ndarray:
+    """``disc_need_far``'s rows with ``far_buckets`` of its lengths as row 7 (index 6), as
+    the CPU and GPU kernels read them.
+
+    Examples
+    --------
+    >>> with_far_buckets(disc_need_far(5000, 1, 1)).shape[0]
+    7
+    """
+    return np.vstack([far, far_buckets(far[5])])
 
 
 def far_columns(shape, weights) -> int:
