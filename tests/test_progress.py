@@ -39,3 +39,30 @@ def test_step_profile_goes_to_the_log(tmp_path, monkeypatch):
     text = (tmp_path / "b.log").read_text()
     assert "busy_step: profile (VOLSWEEP_PROFILE)" in text and "cumulative" in text
     assert "test_progress.py" in text and "busy_step: done in" in text
+
+
+def test_step_log_carries_each_thickness_calls_stages(tmp_path):
+    # A step's log holds each local-thickness call's DEBUG line (kept centres, stage
+    # times) and no other DEBUG line; the logger's level is restored after the step.
+    import logging
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from volsweep.steps import runner
+    from volsweep.thickness import local_thickness
+
+    def thickness_step():
+        phase = np.ones((9, 11, 13), bool)
+        phase[4, 5, 6] = False
+        local_thickness(phase, device="cpu")
+        logging.getLogger("volsweep").debug("a package DEBUG line")
+
+    stages = logging.getLogger("volsweep.thickness")
+    before = stages.level
+    obj = SimpleNamespace(log=[str(tmp_path / "t.log")], rule="r", wildcards={})
+    runner.run_script(thickness_step, obj)
+    text = (tmp_path / "t.log").read_text()
+    assert "DEBUG local thickness of a (9, 11, 13) block on cpu" in text, text
+    assert "ball centres kept; distance map" in text and "a package DEBUG line" not in text
+    assert stages.level == before

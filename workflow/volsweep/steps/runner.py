@@ -18,15 +18,25 @@ ENV_PROFILE = "VOLSWEEP_PROFILE"
 PROFILE_LINES = 25
 
 
+# Loggers below ``volsweep`` whose DEBUG lines a step's log carries: each local-thickness
+# call's kept centres and stage times (one line per call or chunk).
+STEP_DEBUG_LOGGERS = ("volsweep.thickness",)
+
+
 @contextlib.contextmanager
 def logged_to(log_path):
-    """Send stderr and the ``volsweep`` logger to ``log_path`` for the duration."""
+    """Send stderr and the ``volsweep`` logger to ``log_path`` for the duration (INFO, and
+    DEBUG from ``STEP_DEBUG_LOGGERS``)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    debug = [logging.getLogger(name) for name in STEP_DEBUG_LOGGERS]
+    levels = [child.level for child in debug]
     with open(log_path, "w") as fh, contextlib.redirect_stderr(fh):
         handler = logging.StreamHandler(fh)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
+        for child in debug:
+            child.setLevel(logging.DEBUG)
         try:
             yield
         except Exception:
@@ -34,6 +44,8 @@ def logged_to(log_path):
             raise
         finally:
             log.removeHandler(handler)
+            for child, level in zip(debug, levels):
+                child.setLevel(level)
 
 
 #: Modules a step needs only at its end (its datasets, netCDF): imported in a thread meanwhile.

@@ -81,7 +81,9 @@ def _check_binary(binary, name: str = "binary"):
 
 
 log = logging.getLogger("volsweep")
-# The stages of a call, as logged at DEBUG level (one line per call, _log_stages).
+# One DEBUG line per call (_log_stages) on this logger: the kept centres and the seconds of
+# each of STAGES.  The workflow's steps turn it on for their logs (steps.runner).
+stage_log = logging.getLogger("volsweep.thickness")
 STAGES = ("distance map", "pruning", "painting", "diameters")
 
 def _lattice(spacing, shape):
@@ -165,7 +167,7 @@ def _thickness(binary, weights, scale, dev, box_lo, box_hi, r2keep):
 
     Both devices compute the same exact integers, so the host's result is the device's.
     """
-    clock = StageClock(dev) if log.isEnabledFor(logging.DEBUG) else None
+    clock = StageClock(dev) if stage_log.isEnabledFor(logging.DEBUG) else None
     try:
         phase = to_device(binary, dev)
         if clock is not None:
@@ -189,8 +191,8 @@ def _log_stages(shape, box_lo, box_hi, weights, device, kept, seconds):
     box = "" if tuple(box_lo) == (0, 0, 0) and tuple(box_hi) == tuple(shape) else \
         f" (core {tuple(int(v) for v in box_lo)}-{tuple(int(v) for v in box_hi)})"
     stages = ", ".join(f"{name} {s:.3g} s" for name, s in zip(STAGES, seconds))
-    log.debug("local thickness of a %s block%s on %s, lattice weights %s: %d ball centres "
-              "kept; %s", tuple(int(v) for v in shape), box, device,
+    stage_log.debug("local thickness of a %s block%s on %s, lattice weights %s: %d ball "
+                    "centres kept; %s", tuple(int(v) for v in shape), box, device,
               tuple(int(w) for w in weights), kept, stages)
 
 
