@@ -1504,3 +1504,19 @@ def test_each_call_logs_its_stages_at_debug_level(spacing, caplog):
     with caplog.at_level("DEBUG", logger="volsweep"):
         T.local_thickness_core(phase, (slice(2, 9), slice(None), slice(3, 17)), r, spacing=spacing)
     assert "(core (2, 0, 3)-(9, 24, 17))" in caplog.records[-1].getMessage()
+
+
+@pytest.mark.parametrize("table_max, seed, fill", [(3, 1, 0.55), (5, 1, 0.7), (6, 5, 0.7)])
+def test_ordered_painter_with_the_tables_cut_short_is_exact(table_max, seed, fill, monkeypatch):
+    # Every ball through the ordered painter, the rank table cut to table_max squared
+    # lengths while the disc-need table keeps its power-of-two length, and the largest
+    # squared radius between the two: the painter takes the caller's last tabled length
+    # (not the disc table's) for its ranks and half-widths.
+    phase = np.random.default_rng(seed).random((13, 17, 11)) < fill
+    weights, d2, cand, up = _centres(phase, (1, 1, 1))
+    rmax = int(d2.reshape(-1)[cand].max())
+    assert table_max - 1 < rmax < TAB.table_length(table_max - 1)
+    monkeypatch.setattr(CPU, "MAX_PAINT_RADIUS", 0)
+    monkeypatch.setattr(CPU, "INT_TABLE_MAX", table_max)
+    lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, uphill=up))
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, (1, 1, 1)))

@@ -283,7 +283,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         ntab = int(np.searchsorted(vals[:nsmall], tab, side="right"))
         _paint_ordered(d2, cand if everything else cand[big], r2i if everything else r2i[big],
                        uphill if everything else uphill[big], rank_lut, vals, th[:ntab], need2,
-                       far, wi, lo, hi, out)
+                       tab, far, wi, lo, hi, out)
         if everything:
             return out, values
     else:
@@ -296,15 +296,15 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     return out, values
 
 
-def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, far, wi, lo, hi, out):
+def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, tab, far, wi, lo, hi, out):
     """Paint the balls of ``cand`` into ``out`` (all of it written) in decreasing D2 with
     assigned bits (paint_bits_int), skipping the discs inside uphill neighbours' discs.
-    ``far``: the disc needs past ``need2`` (with its bucket row), None when ``vals`` stay
-    within it."""
+    ``tab``: the tables' last squared length (``rank_lut``'s, which ``need2`` covers);
+    ``far``: the disc needs past it (with its bucket row), None when ``vals`` stay within
+    it."""
     k = _kernels()
     n0, n1, n2 = d2.shape
     rmax = int(vals[-1])
-    tab = need2.shape[1] - 1  # the tables' last squared length (rmax or less)
     if rmax <= tab:
         ci, cj, ck, ext = (np.empty(cand.size, np.int64) for _ in range(4))
         ranks = np.empty(cand.size, np.uint32)
