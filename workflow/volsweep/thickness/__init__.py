@@ -86,6 +86,7 @@ log = logging.getLogger("volsweep")
 stage_log = logging.getLogger("volsweep.thickness")
 STAGES = ("distance map", "pruning", "painting", "diameters")
 
+
 def _lattice(spacing, shape):
     """(weights, scale) of the spacing; raises when squared lengths of this shape leave float64,
     and warns when the lattice's spacing differs from it by more than float32 resolves."""
@@ -193,7 +194,7 @@ def _log_stages(shape, box_lo, box_hi, weights, device, kept, seconds):
     stages = ", ".join(f"{name} {s:.3g} s" for name, s in zip(STAGES, seconds))
     stage_log.debug("local thickness of a %s block%s on %s, lattice weights %s: %d ball "
                     "centres kept; %s", tuple(int(v) for v in shape), box, device,
-              tuple(int(w) for w in weights), kept, stages)
+                    tuple(int(w) for w in weights), kept, stages)
 
 
 def _return_like(result, like, device):
