@@ -264,7 +264,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         uphill = k.uphill_bits(d2, cand)
     vals = values.astype(np.int64)
     # past the tables (large lattice weights put even small balls there) the disc needs
-    # come from the far table, with its bucket index as row 6 (_numba._far_column)
+    # come from the far table with its bucket index (_tables.with_far_buckets)
     far = None
     if rmax > tab:
         far = with_far_buckets(disc_need_far(rmax, wi[1], wi[2], (n1, n2)))
@@ -389,8 +389,8 @@ def disc_thresholds(vals: np.ndarray, need2: np.ndarray, w: int, far=None) -> np
     """th[r, c, d + h]: the disc at plane offset d of a ball of D2 = vals[r] (h < 32 its half
     extent) lies inside the disc of a neighbour of class c = (ex + 1) * 4 + |ey| * 2 + |ek|
     iff D2(q) > th (see the kernel disc_skip_masks_bits); 0 past the ball's planes.  Needs
-    past ``need2``'s end come from ``far`` (``disc_need_far`` with its bucket index as row
-    6), which a ``vals`` past the table requires.
+    past ``need2``'s end come from ``far`` (``_tables.with_far_buckets``), which a ``vals``
+    past the table requires.
 
     Examples
     --------

@@ -1097,8 +1097,8 @@ def _hw(table, w, b, far):
 @njit(inline="always", **_OPTS)
 def _far_column(far, rho):
     # The last column of far whose length (row 5) is < rho: the longest offset inside the
-    # disc of rho.  far: _tables.disc_need_far's rows, then _tables.far_buckets of its
-    # lengths as row 6 (the shift in its last column).
+    # disc of rho.  far: _tables.with_far_buckets (row 6 the bucket index of row 5's
+    # lengths, its shift in the last column).
     n = far.shape[1]
     c = far[6, min(rho >> far[6, n - 1], max(n - 2, 0))]
     while c < n and far[5, c] < rho:
