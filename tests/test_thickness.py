@@ -673,6 +673,28 @@ def test_painter_paths_agree(spacing, monkeypatch):
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.65, 0.65, 2.0)])
+@pytest.mark.parametrize("n2", [NB.ROW_WINDOW - 1, NB.ROW_WINDOW, NB.ROW_WINDOW + 13])
+def test_max_painter_row_window(n2, spacing, monkeypatch):
+    # paint_max paints its rows through a fixed window where a box's rows hold one (n2 >=
+    # ROW_WINDOW), one voxel at a time otherwise: the oracle's thickness, and in a box
+    # whose rows start and end inside the array, the whole box's ranks there, and the
+    # ordered painter's.
+    phase = blobs((13, 11, n2 + 7), sigma=1.4, seed=n2)
+    np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
+                                  oracle_local_thickness(phase, spacing))
+    weights, d2, cand, up = _centres(phase, spacing)
+    whole = CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, uphill=up)[0].copy()
+    lo, hi = (2, 1, 4), (11, 10, 4 + n2)
+    box, values = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+    np.testing.assert_array_equal(box, whole[2:11, 1:10, 4:4 + n2])
+    with monkeypatch.context() as m:
+        m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
+        ordered = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+    np.testing.assert_array_equal(ordered[0], box)
+    np.testing.assert_array_equal(ordered[1], values)
+
 def test_memory_estimate_scales_with_the_shape():
     a = T.thickness_memory_bytes((50, 60, 70), device="cpu")
     b = T.thickness_memory_bytes((100, 120, 140), device="cpu")

@@ -1591,6 +1591,9 @@ _NO_CLIP = 2**52
 # paint_max clips the rows of balls at least this many rows from the centre along axis 1
 # (smaller ones lose fewer rows than the clip costs: 250^3 PoreSpy blobs at blobiness 2)
 ROW_CLIP_MIN = 3
+# paint_max's row window (voxels): rows of the balls it paints (radius < MAX_PAINT_RADIUS
+# finest weights) span at most 2 * 11 + 1 voxels
+ROW_WINDOW = 32
 
 
 @njit(inline="always", **_OPTS)
@@ -1667,6 +1670,10 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut
     m1 = np.searchsorted(cand, min(p1 + hmax, n0) * n1 * n2)
     best = work[q0, :12]
     half = work[q0, 12:]
+    # rows are painted through a window of ROW_WINDOW voxels where it fits in a row (and
+    # holds every row: 2 hmax_z + 1 <= ROW_WINDOW, hmax_z the largest half-width along
+    # axis 2)
+    window = s2 >= ROW_WINDOW and 2 * _hw(hwz, szi, r2lim - 1, far) + 1 <= ROW_WINDOW
     # the centres are sorted: (i, j) are divided out only when the row changes
     rb = np.int64(-n2)  # flat index of the current row's first voxel
     i = np.int64(0)
@@ -1714,14 +1721,25 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut
             for jj in range(max(j + jlo, lo1), min(j + jhi, hi1 - 1) + 1):
                 dy = (jj - j) * syi
                 hk = _hw(hwz, szi, rho - dy * dy, far)
-                base = ((ii - lo0) * s1 + (jj - lo1)) * s2 - lo2
+                row = ((ii - lo0) * s1 + (jj - lo1)) * s2
                 k0 = k + hk if km else k - hk
                 k1 = k - hk if kp else k + hk
+                c0 = max(k0, lo2) - lo2  # the row's columns [c0, c1] in the box
+                c1 = min(k1, hi2 - 1) - lo2
                 # unsigned positions: numba then adds no negative-index wrap, and the
-                # loop vectorises
-                t0 = base + max(k0, lo2)
-                for t in range(base + min(k1, hi2 - 1) + 1 - t0):
-                    u = np.uint64(t0) + np.uint64(t)
+                # loops vectorise
+                if window:
+                    # a fixed window of the row, its lanes outside [c0, c1] maxed with 0:
+                    # no branch on the row's length (most rows are a few voxels)
+                    w0 = min(c0, s2 - ROW_WINDOW)
+                    lft = c0 - w0
+                    rgt = c1 - w0
+                    for t in range(ROW_WINDOW):
+                        u = np.uint64(row + w0) + np.uint64(t)
+                        flat[u] = max(flat[u], rank if (lft <= t) & (t <= rgt) else np.uint32(0))
+                    continue
+                for t in range(c1 + 1 - c0):
+                    u = np.uint64(row + c0) + np.uint64(t)
                     flat[u] = max(flat[u], rank)
     return out
 
