@@ -35,12 +35,14 @@ from ._tables import CAP_MAX_POINTS
 SCOPE_NOTE = r"(\x1b\[[0-9;]*m)*variable '_(hw|need4?)_[\w.]*' is not in scope"
 warnings.filterwarnings("ignore", message=SCOPE_NOTE, category=NumbaIRAssumptionWarning)
 
-_OPTS = dict(cache=True, nogil=True)
+# Divisions follow numpy's error model: no test for a zero divisor (no kernel divides by
+# zero), which made the max painter about 4% faster on 250^3 PoreSpy blobs.
+_OPTS = dict(cache=True, nogil=True, error_model="numpy")
 # Kernels and helpers that allocate nothing, compiled without numba's reference counting:
 # it adds an atomic increment and decrement per array argument and call, which took about
 # half of the painter's time, two thirds of the disc masks' past the tables and a fifth of
 # pruning's on a solid with a few pores (with two threads the counts' cache lines bounce).
-_LEAF = dict(cache=True, nogil=True, _nrt=False)
+_LEAF = dict(_OPTS, _nrt=False)
 
 # A line whose largest finite squared distance is below (BRUTE_SPAN * w)^2 is scanned
 # outwards voxel by voxel (a few steps); longer ones take the lower envelope of
