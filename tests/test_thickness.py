@@ -29,6 +29,11 @@ def blobs(shape, porosity=0.5, sigma=2.0, seed=0):
     return g > np.quantile(g, 1 - porosity)
 
 
+def _columns(phase):
+    """prune's per-task containers of the row before (one plane's columns per task)."""
+    return np.zeros((phase.shape[0], phase.shape[2], 3), np.int32)
+
+
 def random_phase(shape, seed, p=0.3):
     return np.random.default_rng(seed).random(shape) > p
 
@@ -995,7 +1000,8 @@ def test_prune_level_lookup_cut_short_searches_the_rest(spacing):
         mask = np.empty(phase.shape, np.uint32)
         CPU._kernels().prune(d2, *w, 0.0, 0, 0, 0, *phase.shape, np.inf, levels, need, r2cap,
                              full[:size].copy(), np.inf, np.inf, TAB.FAR_STEP, TAB.FAR_RIDGE,
-                             TAB.cap_limit(weights), mask, 0, phase.shape[0])
+                             TAB.cap_limit(weights), _columns(phase), mask, 0,
+                             phase.shape[0])
         masks.append(mask)
     assert 0 < (masks[0] != 0).sum() < 0.5 * phase.sum()
     for mask in masks[1:]:
@@ -1051,7 +1057,8 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_
     levlut = TAB.level_lut(levels, r2cap, weights)
     mask = np.empty(phase.shape, np.uint32)
     K.prune(d2, *w, 0.0, *lo, *hi, r2keep, levels, need, r2cap, levlut, np.inf, np.inf,
-            TAB.FAR_STEP, TAB.FAR_RIDGE, TAB.cap_limit(weights), mask, 0, phase.shape[0])
+            TAB.FAR_STEP, TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(phase), mask, 0,
+            phase.shape[0])
     near = np.flatnonzero(mask.ravel())
     inside = np.empty(near.size, np.int64)
     K.prune_far(d2, near, *w, 0.0, *lo, *hi, r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP,

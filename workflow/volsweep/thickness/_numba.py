@@ -345,7 +345,7 @@ def _gap(i, lo, hi):
 
 @njit(**_LEAF)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, r2min, r2first, step, ridge, cap, out, i0, i1):
+          levlut, r2min, r2first, step, ridge, cap, above, out, i0, i1):
     # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
     # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
@@ -354,9 +354,12 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # centre that far pruning finds inside a farther ball (a >= r2min, _far_dropped) is
     # dropped too: from r2first on before its 26 neighbours are read (most such walks
     # succeed), below it after them (the neighbours prune most such centres first).
+    # above[i0]: this task's containers of the row before, per column (_far_dropped).
     n0, n1, n2 = d2.shape
+    col = above[i0]
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
+        col[:] = 0
         for j in range(n1):
             gj = _gap(j, lo1, hi1)
             hint = (0, 0, 0)  # far pruning's last container along the row (_far_dropped)
@@ -404,7 +407,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         if a >= r2first:
                             dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
                                                          lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                         r2min, step, ridge, cap)
+                                                         r2min, step, ridge, cap, col)
                             if dropped:
                                 continue
                         # inside the array, without bounds tests: whether an edge or corner
@@ -426,7 +429,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         if r2min <= a < r2first:
                             dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
                                                          lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                         r2min, step, ridge, cap)
+                                                         r2min, step, ridge, cap, col)
                             if dropped:
                                 continue
                         out[i, j, k] = up | np.uint32(1 << 31)
@@ -436,7 +439,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         # row's last container first, as above
                         dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0,
                                                      lo1, lo2, hi0, hi1, hi2, r2keep, r2min,
-                                                     step, ridge, cap)
+                                                     step, ridge, cap, col)
                         if dropped:
                             continue
                     for di in range(-1, 2):
@@ -688,21 +691,32 @@ def _cap_box(a, tmax, x, y, z, v2, sx, sy, sz):
 
 @njit(inline="always", **_OPTS)
 def _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                 r2min, step, ridge, cap):
+                 r2min, step, ridge, cap, col):
     # Whether far pruning drops centre (i, j, k), and the next hint.  The hint is the
     # offset of the container found for an earlier centre of the row, (0, 0, 0) for none:
     # moved along with the centre, it often holds this ball too, and its voxels are in
     # cache, so it is tried before far_container walks the ray (any container is exact).
+    # Then col[k], the offset found at this column in an earlier row of the plane (kept
+    # here per column), before the walk.
     n0, n1, n2 = d2.shape
     vi, vj, vk = hint
     if (vi != 0 or vj != 0 or vk != 0) and _holds(d2, i, j, k, vi, vj, vk, a, sx, sy, sz, eps,
                                                   lo0, lo1, lo2, hi0, hi1, hi2, r2keep, cap):
+        col[k, 0], col[k, 1], col[k, 2] = vi, vj, vk
         return True, hint
+    wi, wj, wk = np.int64(col[k, 0]), np.int64(col[k, 1]), np.int64(col[k, 2])
+    if (wi != 0 or wj != 0 or wk != 0) and (wi != vi or wj != vj or wk != vk) and _holds(
+            d2, i, j, k, wi, wj, wk, a, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+            cap):
+        return True, (wi, wj, wk)
     q = far_container(d2, i, j, k, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
                       r2min, step, ridge, cap)
     if q < 0:
+        col[k, 0], col[k, 1], col[k, 2] = 0, 0, 0
         return False, (0, 0, 0)
-    return True, (q // (n1 * n2) - i, (q // n2) % n1 - j, q % n2 - k)
+    vi, vj, vk = q // (n1 * n2) - i, (q // n2) % n1 - j, q % n2 - k
+    col[k, 0], col[k, 1], col[k, 2] = vi, vj, vk
+    return True, (vi, vj, vk)
 
 
 @njit(**_OPTS)
