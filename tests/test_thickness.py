@@ -678,7 +678,6 @@ def test_painter_paths_agree(spacing, monkeypatch):
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
-
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.65, 0.65, 2.0)])
 @pytest.mark.parametrize("n2", [NB.ROW_WINDOW - 1, NB.ROW_WINDOW, NB.ROW_WINDOW + 13])
 def test_max_painter_row_window(n2, spacing, monkeypatch):
@@ -699,6 +698,7 @@ def test_max_painter_row_window(n2, spacing, monkeypatch):
         ordered = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
     np.testing.assert_array_equal(ordered[0], box)
     np.testing.assert_array_equal(ordered[1], values)
+
 
 def test_memory_estimate_scales_with_the_shape():
     a = T.thickness_memory_bytes((50, 60, 70), device="cpu")
