@@ -1,7 +1,8 @@
 """Randomised exactness check of volsweep's local thickness against the exact brute force.
 
 Draws small odd-shaped phases (random fill, thresholded smoothed noise, solids with 1-4
-isolated pore voxels) and spacings (isotropic or per axis, from a list of decimal values
+isolated pore voxels; every fifth with rows of ``ROW_WINDOW`` voxels or more, which the CPU's
+max painter writes through a fixed window) and spacings (isotropic or per axis, from a list of decimal values
 or two-decimal draws in [0.2, 3]) until ``--seconds`` have passed, and checks:
 
 - ``local_thickness(X, spacing)`` equals ``tests/thickness_oracle.py`` (exact integer
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from thickness_oracle import oracle_local_thickness  # noqa: E402
 from volsweep import thickness as T  # noqa: E402
 from volsweep.backend import to_numpy  # noqa: E402
+from volsweep.thickness._numba import ROW_WINDOW  # noqa: E402
 from volsweep.tiling import plan_tiles  # noqa: E402
 
 SPACINGS = [0.65, 0.3, 0.7, 1.1, 1.3, 2.0, 1.0, 0.5, 0.8, 1.7, 0.25, 3.0, 0.45, 0.13, 2.6]
@@ -97,6 +99,8 @@ def main(argv=None) -> int:
     while time.perf_counter() - start < a.seconds:
         case = counts["cases"]
         shape = tuple(int(v) for v in rng.integers(3, 30 if case % 3 == 0 else 22, 3))
+        if case % 5 == 4:  # rows long enough for the max painter's fixed row window
+            shape = shape[:2] + (int(rng.integers(ROW_WINDOW, ROW_WINDOW + 16)),)
         kind = KINDS[int(rng.integers(0, 3))]
         phase = draw_phase(rng, kind, shape)
         if phase.all() or not phase.any():
