@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_thickness import CASES, _porosity_blobiness, blobs  # noqa: E402
 
+# The worker times its own calls (CUDA events or the host clock, as bench_thickness's
+# time_once): importing bench_thickness there would put the working tree's package first.
 WORKER = r"""
 import hashlib, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -77,19 +79,27 @@ class Release:
     """A worker process running one release's ``local_thickness`` on request."""
 
     def __init__(self, workflow: Path, device: str):
+        self.workflow = workflow
         self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(workflow), device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, line: str) -> str:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        reply = self.proc.stdout.readline()
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
         if not reply:
-            raise RuntimeError(f"the worker stopped on {line!r} (its error is above)")
+            raise SystemExit(f"the worker of {self.workflow} stopped on {line!r} (its error "
+                             f"is above)")
         return reply.strip()
 
     def close(self):
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:  # the worker already stopped
+            pass
         self.proc.wait()
 
 
@@ -146,8 +156,10 @@ def main(argv=None):
         tmp = Path(tmp)
         base = release_tree(a.base, tmp / "base")
         head = release_tree(a.head, tmp / "head") if a.head else ROOT / "workflow"
-        pair = {"base": Release(base, a.device), "head": Release(head, a.device)}
+        pair = {}
         try:
+            pair["base"] = Release(base, a.device)
+            pair["head"] = Release(head, a.device)
             for name, phase in phases(a):
                 path = tmp / "phase.npy"
                 np.save(path, phase)

@@ -1,9 +1,10 @@
 """Randomised exactness check of volsweep's local thickness against the exact brute force.
 
 Draws small odd-shaped phases (random fill, thresholded smoothed noise, solids with 1-4
-isolated pore voxels; every fifth with rows of ``ROW_WINDOW`` voxels or more, which the CPU's
-max painter writes through a fixed window) and spacings (isotropic or per axis, from a list of decimal values
-or two-decimal draws in [0.2, 3]) until ``--seconds`` have passed, and checks:
+isolated pore voxels; every fifth with rows of ``ROW_WINDOW`` voxels or more, which the
+CPU's max painter writes through a fixed window) and spacings (isotropic or per axis, from
+a list of decimal values or two-decimal draws in [0.2, 3]) until ``--seconds`` have
+passed, and checks:
 
 - ``local_thickness(X, spacing)`` equals ``tests/thickness_oracle.py`` (exact integer
   arithmetic) bit for bit;
