@@ -232,37 +232,54 @@ def test_nearest_free_bit_is_the_closest_set_bit():
         assert K._nearest_free(free, x) == min(abs(x - int(b)) for b in pos), (pos, x)
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
-def test_slab_lists_hold_the_balls_with_a_visible_disc(lo0, hi0, threads, monkeypatch):
-    # With disc masks, ball t is listed in slab sl iff one of its planes in the box and in
-    # the slab has a clear bit (a visible disc), in increasing t; without, iff it reaches
-    # the slab.  Balls of up to 70 planes span two mask words.  The lists do not depend on
-    # the threads that build them in parts.
-    monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
-    rng = np.random.default_rng(lo0)
-    n, g = 300, 4
+def _balls_and_masks(seed, n=300):
+    """Random balls (centre plane, half extent up to 35: two mask words) and disc masks,
+    some balls wholly hidden."""
+    rng = np.random.default_rng(seed)
     ci = rng.integers(-10, 50, n)
     ext = rng.integers(-1, 36, n)
     moff = np.zeros(n + 1, np.int64)
     np.cumsum((2 * ext + 64) // 64, out=moff[1:])
     masks = rng.integers(0, 2**64 - 1, moff[-1], dtype=np.uint64, endpoint=True)
-    masks[rng.random(masks.size) < 0.3] = np.uint64(2**64 - 1)  # some balls wholly hidden
-    for masked in (True, False):
-        args = (masks, moff[:-1]) if masked else (np.empty(0, np.uint64), np.empty(0, np.int64))
-        start, lists = CPU.slab_lists(ci, ext, lo0, hi0, g, *args)
-        nslab = (hi0 - lo0 + g - 1) // g
-        assert start.size == nslab + 1
-        for sl in range(nslab):
-            want = []
-            for t in range(n):
-                planes = [p for p in range(ci[t] - ext[t], ci[t] + ext[t] + 1)
-                          if lo0 <= p < hi0 and lo0 + sl * g <= p < lo0 + sl * g + g]
-                bits = [p - ci[t] + ext[t] for p in planes]
-                if any(not masked or not (int(masks[moff[t] + x // 64]) >> int(x % 64)) & 1
-                       for x in bits):
-                    want.append(t)
-            assert lists[start[sl]:start[sl + 1]].tolist() == want, (masked, sl)
+    masks[rng.random(masks.size) < 0.3] = np.uint64(2**64 - 1)
+    return ci, ext, masks, moff
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
+def test_slab_lists_hold_the_balls_that_reach_each_slab(lo0, hi0, threads, monkeypatch):
+    # Ball t is listed in slab sl iff one of its planes lies in the box and in the slab, in
+    # increasing t, whatever the threads that build the lists in parts.
+    monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
+    ci, ext, _, _ = _balls_and_masks(lo0)
+    g = 4
+    start, lists = CPU.slab_lists(ci, ext, lo0, hi0, g)
+    nslab = (hi0 - lo0 + g - 1) // g
+    assert start.size == nslab + 1
+    for sl in range(nslab):
+        want = [t for t in range(ci.size) if any(
+            lo0 <= p < hi0 and lo0 + sl * g <= p < lo0 + sl * g + g
+            for p in range(ci[t] - ext[t], ci[t] + ext[t] + 1))]
+        assert lists[start[sl]:start[sl + 1]].tolist() == want, sl
+
+
+@pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
+def test_slab_test_finds_the_balls_with_a_visible_disc(lo0, hi0):
+    # The ordered painter's slab [p0, p1) paints ball m iff one of the ball's planes in
+    # the slab has a clear mask bit (a visible disc); slabs are cut by the box's end.
+    K = CPU._kernels()
+    ci, ext, masks, moff = _balls_and_masks(lo0)
+    seen = set()
+    for p0 in range(lo0, hi0, 4):
+        p1 = min(p0 + 4, hi0)
+        for m in range(ci.size):
+            bits = [p - ci[m] + ext[m] for p in range(ci[m] - ext[m], ci[m] + ext[m] + 1)
+                    if p0 <= p < p1]
+            want = any(not (int(masks[moff[m] + x // 64]) >> int(x % 64)) & 1 for x in bits)
+            assert K._paints_slab(ci, ext, masks, moff, m, p0, p1) == want, (p0, m)
+            seen.add((want, len(bits) > 0))
+    # drawn: balls outside a slab, and inside it visible and wholly hidden
+    assert seen == {(True, True), (False, True), (False, False)}
 
 
 def test_centre_r2_is_the_distance_at_each_centre(monkeypatch):

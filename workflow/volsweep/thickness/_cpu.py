@@ -254,9 +254,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         ext = _half_extent(r2s, wi[0])
         order = k.paint_order(ranks, np.zeros(cand.size, np.uint8), int(values.size))
         ci, cj, ck, r2s, ranks, ext = (a[order] for a in (ci, cj, ck, r2s, ranks, ext))
-        # no disc masks here: each ball is listed in every slab it reaches
-        start, lists = slab_lists(ci, ext, lo[0], hi[0], g, np.empty(0, np.uint64),
-                                  np.empty(0, np.int64))
+        # no disc masks here: each ball paints every slab it reaches
+        start, lists = slab_lists(ci, ext, lo[0], hi[0], g)
         _run(k.paint_bits, start.size - 1, start, lists, ext, ci, cj, ck, r2s, ranks,
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
@@ -334,29 +333,29 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, tab, far, w
     _run(k.gather_order, order.size, order, *src, *dst)
     ci, cj, ck, r2i, ranks, ext, moff = dst
     g = _slab_planes(hi[0] - lo[0])
-    start, lists = slab_lists(ci, ext, lo[0], hi[0], g, masks, moff)
+    start, lists = slab_lists(ci, ext, lo[0], hi[0], g)
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
          half_table(tab, wi[1]), half_table(tab, wi[2]), far, masks, moff, *lo, *hi, g,
          bool(ext.size and ext.max() >= k.TRACK_EXT), out, tasks_per_thread=nslab)
 
 
-def slab_lists(ci, ext, lo0, hi0, g, masks, moff):
+def slab_lists(ci, ext, lo0, hi0, g):
     """Per slab of ``g`` output planes, the positions of the centres whose ball reaches it.
 
     ``lists[start[sl]:start[sl + 1]]`` holds slab sl's balls, increasing (the centre arrays
-    are in painting order).  ``ext`` is each ball's half extent along axis 0.  With disc
-    masks (``moff[t]``: ball t's first word, a bit per plane set when its disc is hidden,
-    as from disc_skip_masks_bits) a ball is listed only in the slabs where one of its
-    discs is visible: elsewhere it would paint nothing.  The balls are counted and listed
-    in parts on the thread pool; the slabs take the parts in order.
+    are in painting order).  ``ext`` is each ball's half extent along axis 0.  The lists
+    hold every ball a slab's planes reach: the painter tests the disc masks itself, where
+    it reads them anyway (testing them here read each ball's mask words a second time,
+    out of order, and took longer than the painting it saved).
+    The balls are counted and listed in parts on the thread pool; the slabs take the
+    parts in order.
 
     Examples
     --------
     Ball 0 (planes 0-7) reaches both slabs of 4 planes, ball 1 (plane 5) the second:
 
-    >>> none = np.empty(0, np.uint64), np.empty(0, np.int64)
-    >>> start, lists = slab_lists(np.array([3, 5]), np.array([4, 0]), 0, 8, 4, *none)
+    >>> start, lists = slab_lists(np.array([3, 5]), np.array([4, 0]), 0, 8, 4)
     >>> start.tolist(), lists.tolist()
     ([0, 1, 3], [0, 0, 1])
     """
@@ -366,7 +365,7 @@ def slab_lists(ci, ext, lo0, hi0, g, masks, moff):
     parts = max(min(n, LIST_PARTS_PER_THREAD * cpu_threads()), 1)
     bounds = np.array([n * p // parts for p in range(parts + 1)], np.int64)
     counts = np.zeros((parts, nslab), np.int64)
-    args = (ci, ext, lo0, hi0, g, masks, moff, bounds)
+    args = (ci, ext, lo0, hi0, g, bounds)
     _run(k.slab_counts, parts, *args, counts)
     # position of part p's first ball in slab sl: the slabs before sl, then sl's parts before p
     order = counts.T.ravel()

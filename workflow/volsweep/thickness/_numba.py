@@ -822,50 +822,51 @@ def _any_visible(masks, base, x0, x1):
 
 
 @njit(inline="always", **_OPTS)
-def _slab_visible(masks, base, c, h, a, b, lo0, g, sl):
-    # Whether the ball of centre plane c and half extent h (its planes [a, b] in the box)
-    # has a visible disc in slab sl (planes lo0 + sl g ... + g - 1).
-    p0 = max(lo0 + sl * g, a)
-    p1 = min(lo0 + sl * g + g - 1, b)
-    return _any_visible(masks, base, p0 - c + h, p1 - c + h)
+def _paints_slab(ci, ext, masks, moff, m, p0, p1):
+    # Whether ball m (centre plane ci[m], half extent ext[m]) has a plane in the slab's
+    # [p0, p1) whose disc is visible: its bit (d + h for plane offset d) is clear in the
+    # mask words from masks[moff[m]].
+    c = ci[m]
+    h = ext[m]
+    a = max(c - h, p0)
+    b = min(c + h, p1 - 1)
+    if h < 0 or a > b:
+        return False
+    return _any_visible(masks, moff[m], a - c + h, b - c + h)
 
 
 @njit(inline="always", **_OPTS)
 def _slab_span(ci, ext, t, lo0, hi0, g):
-    # The planes [a, b] of ball t in the box and its first and last slab (sa > sb: none).
+    # The first and last slab that ball t reaches (sa > sb: none).
     h = ext[t]
     a = max(ci[t] - h, lo0)
     b = min(ci[t] + h, hi0 - 1)
     if h < 0 or a > b:
-        return a, b, 1, 0
-    return a, b, (a - lo0) // g, (b - lo0) // g
+        return 1, 0
+    return (a - lo0) // g, (b - lo0) // g
 
 
 @njit(**_OPTS)
-def slab_counts(ci, ext, lo0, hi0, g, masks, moff, bounds, counts, p0, p1):
-    # counts[p, sl] = how many balls of part p (balls [bounds[p], bounds[p + 1])) are
-    # listed in slab sl (slab_fill), for the parts [p0, p1).
-    masked = moff.size > 0
+def slab_counts(ci, ext, lo0, hi0, g, bounds, counts, p0, p1):
+    # counts[p, sl] = how many balls of part p (balls [bounds[p], bounds[p + 1])) reach
+    # slab sl, for the parts [p0, p1).
     for p in range(p0, p1):
         for t in range(bounds[p], bounds[p + 1]):
-            a, b, sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
+            sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
             for sl in range(sa, sb + 1):
-                counts[p, sl] += not masked or _slab_visible(masks, moff[t], ci[t], ext[t], a,
-                                                             b, lo0, g, sl)
+                counts[p, sl] += 1
 
 
 @njit(**_OPTS)
-def slab_fill(ci, ext, lo0, hi0, g, masks, moff, bounds, fill, lists, p0, p1):
-    # Lists the balls of the parts [p0, p1) in their slabs from the positions fill[p, sl]
-    # (the counts of slab_counts, accumulated over the slabs, then the parts).
-    masked = moff.size > 0
+def slab_fill(ci, ext, lo0, hi0, g, bounds, fill, lists, p0, p1):
+    # Lists the balls of the parts [p0, p1) in the slabs they reach from the positions
+    # fill[p, sl] (the counts of slab_counts, accumulated over the slabs, then the parts).
     for p in range(p0, p1):
         for t in range(bounds[p], bounds[p + 1]):
-            a, b, sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
+            sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
             for sl in range(sa, sb + 1):
-                if not masked or _slab_visible(masks, moff[t], ci[t], ext[t], a, b, lo0, g, sl):
-                    lists[fill[p, sl]] = t
-                    fill[p, sl] += 1
+                lists[fill[p, sl]] = t
+                fill[p, sl] += 1
 
 
 @njit(**_OPTS)
@@ -1287,6 +1288,8 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             if remaining == 0:
                 break
             m = lists[t]
+            if not _paints_slab(ci, ext, masks, moff, m, p0, p1):
+                continue
             rr = r2i[m]
             ic = ci[m]
             j0 = cj[m]
