@@ -196,8 +196,9 @@ def _slab_planes(planes: int) -> int:
 
 # Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
 # (paint_max), after the larger ones in painting order: below it, sorting a ball and its
-# assigned bits cost more than the max painter's rows; from about 16 the rows cost more.
-MAX_PAINT_RADIUS = 12
+# assigned bits cost more than the max painter's rows, which its row window (up to 31
+# voxels a row, so radii below 16) makes cheap.
+MAX_PAINT_RADIUS = 16
 # int64 work values a max painter's task keeps (its best D2 per neighbour class, its row
 # clips), one row per output plane (the task starting there takes it)
 _MAX_PAINTER_WORK = 12 + 6

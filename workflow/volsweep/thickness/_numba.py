@@ -1611,7 +1611,7 @@ _NO_CLIP = 2**52
 # (smaller ones lose fewer rows than the clip costs: 250^3 PoreSpy blobs at blobiness 2)
 ROW_CLIP_MIN = 3
 # paint_max's row window (voxels): rows of the balls it paints (radius < MAX_PAINT_RADIUS
-# finest weights) span at most 2 * 11 + 1 voxels
+# = 16 finest weights) span at most 2 * 15 + 1 voxels
 ROW_WINDOW = 32
 
 
