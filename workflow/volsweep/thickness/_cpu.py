@@ -348,9 +348,8 @@ def slab_lists(ci, ext, lo0, hi0, g):
     are in painting order).  ``ext`` is each ball's half extent along axis 0.  The lists
     hold every ball a slab's planes reach: the painter tests the disc masks itself, where
     it reads them anyway (testing them here read each ball's mask words a second time,
-    out of order, and took longer than the painting it saved).
-    The balls are counted and listed in parts on the thread pool; the slabs take the
-    parts in order.
+    out of order, and took longer than the painting it saved).  The balls are counted
+    and listed in parts on the thread pool; the slabs take the parts in order.
 
     Examples
     --------
