@@ -822,26 +822,31 @@ def _any_visible(masks, base, x0, x1):
 
 
 @njit(inline="always", **_OPTS)
-def _paints_slab(ci, ext, masks, moff, m, p0, p1):
-    # Whether ball m (centre plane ci[m], half extent ext[m]) has a plane in the slab's
-    # [p0, p1) whose disc is visible: its bit (d + h for plane offset d) is clear in the
-    # mask words from masks[moff[m]].
-    c = ci[m]
+def _planes_within(ci, ext, m, p0, p1):
+    # The planes [a, b] of ball m (centre plane ci[m], half extent ext[m]) within [p0, p1);
+    # a > b: none.
     h = ext[m]
-    a = max(c - h, p0)
-    b = min(c + h, p1 - 1)
-    if h < 0 or a > b:
+    if h < 0:
+        return p0, p0 - 1
+    return max(ci[m] - h, p0), min(ci[m] + h, p1 - 1)
+
+
+@njit(inline="always", **_OPTS)
+def _paints_slab(ci, ext, masks, moff, m, p0, p1):
+    # Whether ball m has a plane in the slab's [p0, p1) whose disc is visible: its bit
+    # (d + h for plane offset d) is clear in the mask words from masks[moff[m]].
+    a, b = _planes_within(ci, ext, m, p0, p1)
+    if a > b:
         return False
-    return _any_visible(masks, moff[m], a - c + h, b - c + h)
+    base = ext[m] - ci[m]
+    return _any_visible(masks, moff[m], a + base, b + base)
 
 
 @njit(inline="always", **_OPTS)
 def _slab_span(ci, ext, t, lo0, hi0, g):
     # The first and last slab that ball t reaches (sa > sb: none).
-    h = ext[t]
-    a = max(ci[t] - h, lo0)
-    b = min(ci[t] + h, hi0 - 1)
-    if h < 0 or a > b:
+    a, b = _planes_within(ci, ext, t, lo0, hi0)
+    if a > b:
         return 1, 0
     return (a - lo0) // g, (b - lo0) // g
 
