@@ -245,22 +245,38 @@ def _balls_and_masks(seed, n=300):
     return ci, ext, masks, moff
 
 
+def _visible(masks, moff, t, x):
+    # Whether mask bit x of ball t is clear (its disc there visible).
+    return not (int(masks[moff[t] + x // 64]) >> int(x % 64)) & 1
+
+
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
-def test_slab_lists_hold_the_balls_that_reach_each_slab(lo0, hi0, threads, monkeypatch):
-    # Ball t is listed in slab sl iff one of its planes lies in the box and in the slab, in
-    # increasing t, whatever the threads that build the lists in parts.
+def test_slab_lists_hold_the_balls_that_reach_each_slab(lo0, hi0, threads, masked,
+                                                        monkeypatch):
+    # Ball t is listed in slab sl iff one of its planes lies in the box and in the slab
+    # (with masks: and its disc there is visible), in increasing t, whatever the threads
+    # that build the lists in parts.
     monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
-    ci, ext, _, _ = _balls_and_masks(lo0)
+    ci, ext, masks, moff = _balls_and_masks(lo0)
     g = 4
-    start, lists = CPU.slab_lists(ci, ext, lo0, hi0, g)
+    start, lists = (CPU.slab_lists(ci, ext, lo0, hi0, g, masks, moff[:-1]) if masked
+                    else CPU.slab_lists(ci, ext, lo0, hi0, g))
     nslab = (hi0 - lo0 + g - 1) // g
     assert start.size == nslab + 1
+    dropped = 0
     for sl in range(nslab):
-        want = [t for t in range(ci.size) if any(
+        reach = [t for t in range(ci.size) if any(
             lo0 <= p < hi0 and lo0 + sl * g <= p < lo0 + sl * g + g
             for p in range(ci[t] - ext[t], ci[t] + ext[t] + 1))]
+        want = [t for t in reach if not masked or any(
+            _visible(masks, moff, t, p - ci[t] + ext[t])
+            for p in range(max(ci[t] - ext[t], lo0, lo0 + sl * g),
+                           min(ci[t] + ext[t] + 1, hi0, lo0 + sl * g + g)))]
         assert lists[start[sl]:start[sl + 1]].tolist() == want, sl
+        dropped += len(reach) - len(want)
+    assert (dropped > 0) == masked
 
 
 @pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
@@ -275,7 +291,7 @@ def test_slab_test_finds_the_balls_with_a_visible_disc(lo0, hi0):
         for m in range(ci.size):
             bits = [p - ci[m] + ext[m] for p in range(ci[m] - ext[m], ci[m] + ext[m] + 1)
                     if p0 <= p < p1]
-            want = any(not (int(masks[moff[m] + x // 64]) >> int(x % 64)) & 1 for x in bits)
+            want = any(_visible(masks, moff, m, x) for x in bits)
             assert K._paints_slab(ci, ext, masks, moff, m, p0, p1) == want, (p0, m)
             seen.add((want, len(bits) > 0))
     # drawn: balls outside a slab, and inside it visible and wholly hidden

@@ -185,6 +185,8 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
 BITS_SLAB = 16
 MIN_SLAB = 4
 SLABS_PER_THREAD = 2
+# Slabs of fewer planes list only the balls with a visible disc in them (slab_lists).
+MASKED_LISTS_BELOW = BITS_SLAB
 # The slab lists are counted and filled in up to this many parts of the balls per thread.
 LIST_PARTS_PER_THREAD = 4
 
@@ -295,8 +297,25 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, vals,
          half_table(min(tab, r2lim - 1), wi[0]), half_table(tab, wi[1]), half_table(tab, wi[2]),
          far, th, disc_mask_lut(wi, MASK_LUT_BYTES), wi[0], wi[1], wi[2], *lo, *hi, hmax, out,
-         np.empty((out.shape[0], _MAX_PAINTER_WORK), np.int64), tasks_per_thread=2)
+         np.empty((out.shape[0], _MAX_PAINTER_WORK), np.int64),
+         tasks_per_thread=max_painter_tasks(out.shape[0], hmax, cpu_threads()))
     return out, values
+
+
+def max_painter_tasks(planes: int, hmax: int, threads: int) -> int:
+    """Tasks per thread of the max painter over ``planes`` output planes on ``threads``
+    threads, its balls' half extent at most ``hmax`` planes.
+
+    A task sets up every ball that reaches its planes, so a ball is set up once per task
+    it reaches: two tasks a thread balance the load where each still holds at least the
+    2 hmax + 1 planes a ball spans, one elsewhere (many threads, thin tasks).
+
+    Examples
+    --------
+    >>> max_painter_tasks(250, 10, 2), max_painter_tasks(250, 10, 16)  # 62 or 8 planes a task
+    (2, 1)
+    """
+    return 2 if planes >= 2 * threads * (2 * hmax + 1) else 1
 
 
 def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, tab, far, wi, lo, hi, out):
@@ -334,21 +353,24 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, tab, far, w
     _run(k.gather_order, order.size, order, *src, *dst)
     ci, cj, ck, r2i, ranks, ext, moff = dst
     g = _slab_planes(hi[0] - lo[0])
-    start, lists = slab_lists(ci, ext, lo[0], hi[0], g)
+    # thin slabs (many threads): a ball reaches many, and the lists' test of its masks
+    # saves the painter more than it costs; thick ones: the painter tests them cheaper
+    start, lists = (slab_lists(ci, ext, lo[0], hi[0], g, masks, moff) if g < MASKED_LISTS_BELOW
+                    else slab_lists(ci, ext, lo[0], hi[0], g))
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
          half_table(tab, wi[1]), half_table(tab, wi[2]), far, masks, moff, *lo, *hi, g,
          bool(ext.size and ext.max() >= k.TRACK_EXT), out, tasks_per_thread=nslab)
 
 
-def slab_lists(ci, ext, lo0, hi0, g):
+def slab_lists(ci, ext, lo0, hi0, g, masks=None, moff=None):
     """Per slab of ``g`` output planes, the positions of the centres whose ball reaches it.
 
     ``lists[start[sl]:start[sl + 1]]`` holds slab sl's balls, increasing (the centre arrays
-    are in painting order).  ``ext`` is each ball's half extent along axis 0.  The lists
-    hold every ball a slab's planes reach: the painter tests the disc masks itself, where
-    it reads them anyway (testing them here read each ball's mask words a second time,
-    out of order, and took longer than the painting it saved).  The balls are counted
+    are in painting order).  ``ext`` is each ball's half extent along axis 0.  With disc
+    masks (``moff[t]``: ball t's first word in ``masks``, a bit per plane set when its
+    disc is hidden, as from disc_skip_masks_bits) a ball is listed only in the slabs where
+    a disc of it is visible; without, in every slab it reaches.  The balls are counted
     and listed in parts on the thread pool; the slabs take the parts in order.
 
     Examples
@@ -358,14 +380,23 @@ def slab_lists(ci, ext, lo0, hi0, g):
     >>> start, lists = slab_lists(np.array([3, 5]), np.array([4, 0]), 0, 8, 4)
     >>> start.tolist(), lists.tolist()
     ([0, 1, 3], [0, 0, 1])
+
+    Ball 0's discs in planes 0-3 are hidden (bits 1-4 of its mask: bit d + 4 for plane offset d),
+    so the first slab does not list it:
+
+    >>> masks, moff = np.array([0b11110, 0], np.uint64), np.array([0, 1])
+    >>> slab_lists(np.array([3, 5]), np.array([4, 0]), 0, 8, 4, masks, moff)[1].tolist()
+    [0, 1]
     """
+    if moff is None:
+        masks, moff = np.empty(0, np.uint64), np.empty(0, np.int64)
     k = _kernels()
     n = ci.size
     nslab = max((hi0 - lo0 + g - 1) // g, 0)
     parts = max(min(n, LIST_PARTS_PER_THREAD * cpu_threads()), 1)
     bounds = np.array([n * p // parts for p in range(parts + 1)], np.int64)
     counts = np.zeros((parts, nslab), np.int64)
-    args = (ci, ext, lo0, hi0, g, bounds)
+    args = (ci, ext, lo0, hi0, g, masks, moff, bounds)
     _run(k.slab_counts, parts, *args, counts)
     # position of part p's first ball in slab sl: the slabs before sl, then sl's parts before p
     order = counts.T.ravel()

@@ -852,24 +852,37 @@ def _slab_span(ci, ext, t, lo0, hi0, g):
 
 
 @njit(**_OPTS)
-def slab_counts(ci, ext, lo0, hi0, g, bounds, counts, p0, p1):
-    # counts[p, sl] = how many balls of part p (balls [bounds[p], bounds[p + 1])) reach
-    # slab sl, for the parts [p0, p1).
+def slab_counts(ci, ext, lo0, hi0, g, masks, moff, bounds, counts, p0, p1):
+    # counts[p, sl] = how many balls of part p (balls [bounds[p], bounds[p + 1])) are
+    # listed in slab sl, for the parts [p0, p1): every ball that reaches it, or with disc
+    # masks (moff not empty) those with a visible disc in it.
+    masked = moff.size > 0
     for p in range(p0, p1):
         for t in range(bounds[p], bounds[p + 1]):
             sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
+            a, b = _planes_within(ci, ext, t, lo0, hi0)
+            base = ext[t] - ci[t]
             for sl in range(sa, sb + 1):
-                counts[p, sl] += 1
+                counts[p, sl] += not masked or _any_visible(
+                    masks, moff[t], max(lo0 + sl * g, a) + base,
+                    min(lo0 + sl * g + g - 1, b) + base)
 
 
 @njit(**_OPTS)
-def slab_fill(ci, ext, lo0, hi0, g, bounds, fill, lists, p0, p1):
-    # Lists the balls of the parts [p0, p1) in the slabs they reach from the positions
-    # fill[p, sl] (the counts of slab_counts, accumulated over the slabs, then the parts).
+def slab_fill(ci, ext, lo0, hi0, g, masks, moff, bounds, fill, lists, p0, p1):
+    # Lists the balls of the parts [p0, p1) in their slabs (as slab_counts counts them)
+    # from the positions fill[p, sl] (the counts accumulated over the slabs, then the
+    # parts).
+    masked = moff.size > 0
     for p in range(p0, p1):
         for t in range(bounds[p], bounds[p + 1]):
             sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
+            a, b = _planes_within(ci, ext, t, lo0, hi0)
+            base = ext[t] - ci[t]
             for sl in range(sa, sb + 1):
+                if masked and not _any_visible(masks, moff[t], max(lo0 + sl * g, a) + base,
+                                               min(lo0 + sl * g + g - 1, b) + base):
+                    continue
                 lists[fill[p, sl]] = t
                 fill[p, sl] += 1
 
