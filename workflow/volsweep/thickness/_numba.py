@@ -844,11 +844,21 @@ def _paints_slab(ci, ext, masks, moff, m, p0, p1):
 
 @njit(inline="always", **_OPTS)
 def _slab_span(ci, ext, t, lo0, hi0, g):
-    # The first and last slab that ball t reaches (sa > sb: none).
+    # Ball t's planes [a, b] in the box, and the first and last slab they reach (sa > sb:
+    # none).
     a, b = _planes_within(ci, ext, t, lo0, hi0)
     if a > b:
-        return 1, 0
-    return (a - lo0) // g, (b - lo0) // g
+        return a, b, 1, 0
+    return a, b, (a - lo0) // g, (b - lo0) // g
+
+
+@njit(inline="always", **_OPTS)
+def _visible_in_slab(ci, ext, masks, moff, t, a, b, lo0, g, sl):
+    # Whether ball t (its planes [a, b] in the box) has a visible disc in slab sl: a clear
+    # bit (d + h for plane offset d) among the slab's planes in its mask words.
+    base = ext[t] - ci[t]
+    p0 = lo0 + sl * g
+    return _any_visible(masks, moff[t], max(p0, a) + base, min(p0 + g - 1, b) + base)
 
 
 @njit(**_OPTS)
@@ -859,13 +869,10 @@ def slab_counts(ci, ext, lo0, hi0, g, masks, moff, bounds, counts, p0, p1):
     masked = moff.size > 0
     for p in range(p0, p1):
         for t in range(bounds[p], bounds[p + 1]):
-            sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
-            a, b = _planes_within(ci, ext, t, lo0, hi0)
-            base = ext[t] - ci[t]
+            a, b, sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
             for sl in range(sa, sb + 1):
-                counts[p, sl] += not masked or _any_visible(
-                    masks, moff[t], max(lo0 + sl * g, a) + base,
-                    min(lo0 + sl * g + g - 1, b) + base)
+                counts[p, sl] += not masked or _visible_in_slab(ci, ext, masks, moff, t, a, b,
+                                                                lo0, g, sl)
 
 
 @njit(**_OPTS)
@@ -876,15 +883,11 @@ def slab_fill(ci, ext, lo0, hi0, g, masks, moff, bounds, fill, lists, p0, p1):
     masked = moff.size > 0
     for p in range(p0, p1):
         for t in range(bounds[p], bounds[p + 1]):
-            sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
-            a, b = _planes_within(ci, ext, t, lo0, hi0)
-            base = ext[t] - ci[t]
+            a, b, sa, sb = _slab_span(ci, ext, t, lo0, hi0, g)
             for sl in range(sa, sb + 1):
-                if masked and not _any_visible(masks, moff[t], max(lo0 + sl * g, a) + base,
-                                               min(lo0 + sl * g + g - 1, b) + base):
-                    continue
-                lists[fill[p, sl]] = t
-                fill[p, sl] += 1
+                if not masked or _visible_in_slab(ci, ext, masks, moff, t, a, b, lo0, g, sl):
+                    lists[fill[p, sl]] = t
+                    fill[p, sl] += 1
 
 
 @njit(**_OPTS)
