@@ -855,7 +855,8 @@ def _slab_span(ci, ext, t, lo0, hi0, g):
 @njit(inline="always", **_OPTS)
 def _visible_in_slab(ci, ext, masks, moff, t, a, b, lo0, g, sl):
     # Whether ball t (its planes [a, b] in the box) has a visible disc in slab sl: a clear
-    # bit (d + h for plane offset d) among the slab's planes in its mask words.
+    # bit (d + h for plane offset d) among the slab's planes in its mask words.  This is
+    # _paints_slab with the planes known: calling that here built the lists 5x slower.
     base = ext[t] - ci[t]
     p0 = lo0 + sl * g
     return _any_visible(masks, moff[t], max(p0, a) + base, min(p0 + g - 1, b) + base)
