@@ -3,6 +3,7 @@ distribution and errors.  GPU comparisons live in test_thickness_gpu.py."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -32,6 +33,25 @@ def blobs(shape, porosity=0.5, sigma=2.0, seed=0):
 def _columns(phase):
     """prune's per-task containers of the row before (one plane's columns per task)."""
     return np.zeros((phase.shape[0], phase.shape[2], 3), np.int32)
+
+
+def _prune_mask(d2, weights, lo=(0, 0, 0), hi=None, r2keep=np.inf, *, levlut=None,
+                holds=None, r2min=np.inf, r2first=np.inf):
+    """The prune kernel's mask over the whole array in one task (no far pruning by
+    default); ``holds``: its table of neighbours' largest D2 (None: the full one)."""
+    hi = d2.shape if hi is None else hi
+    r2need = float(d2[np.isfinite(d2)].max())
+    levels, need, r2cap = TAB.prune_table(r2need, weights)
+    if levlut is None:
+        levlut = TAB.level_lut(levels, r2cap, weights)
+    if holds is None:
+        holds = TAB.held_table(levels, need, levlut, r2need)
+    mask = np.empty(d2.shape, np.uint32)
+    CPU._kernels().prune(d2, *(float(w) for w in weights), 0.0, *lo, *hi, r2keep, levels,
+                         need, r2cap, levlut, holds, r2min, r2first, TAB.FAR_STEP,
+                         TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(d2),
+                         np.zeros((d2.shape[0], 5, d2.shape[2])), mask, 0, d2.shape[0])
+    return mask
 
 
 def random_phase(shape, seed, p=0.3):
@@ -1017,6 +1037,60 @@ def test_far_pruning_ridge_filter_keeps_nearly_every_drop(spacing, shape_kind):
     assert lost < 0.02
 
 
+def _ball_held_by_a_neighbour(d2, weights, p):
+    """Brute force: whether some 26-neighbour of p in the array holds p's lattice ball."""
+    a = int(d2[p])
+    w = np.array(weights, np.int64)
+    grids = np.meshgrid(*[np.arange(-(math.isqrt(a - 1) // v), math.isqrt(a - 1) // v + 1)
+                          for v in weights], indexing="ij")
+    o = np.stack([g.ravel() for g in grids], 1) * w
+    o = o[(o ** 2).sum(1) < a]
+    for e in itertools.product((-1, 0, 1), repeat=3):
+        q = tuple(np.add(p, e))
+        if any(e) and all(0 <= v < n for v, n in zip(q, d2.shape)):
+            if (((o - np.array(e) * w) ** 2).sum(1) < d2[q]).all():
+                return True
+    return False
+
+
+def _uphill_oracle(d2, p):
+    """The 26-neighbours before p in the strict order (D2 descending, then flat index)."""
+    bits = 1 << 31
+    for n, e in enumerate(itertools.product((-1, 0, 1), repeat=3)):
+        q = tuple(np.add(p, e))
+        if any(e) and all(0 <= v < m for v, m in zip(q, d2.shape)):
+            if d2[q] > d2[p] or (d2[q] == d2[p] and np.ravel_multi_index(q, d2.shape)
+                                 < np.ravel_multi_index(p, d2.shape)):
+                bits |= 1 << n
+    return bits
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (1, 3, 2)])
+@pytest.mark.parametrize("columns", ["all", "third", "none"])
+def test_prune_keeps_exactly_the_balls_no_neighbour_holds(spacing, columns):
+    # Without far pruning, prune keeps the phase voxels whose lattice ball no 26-neighbour's
+    # ball holds, with their uphill bits: by the neighbours' largest D2 per type (the held
+    # table), by each neighbour's test (no table), or both (a table cut short).
+    phase = blobs((13, 10, 15), sigma=1.5, seed=11)
+    phase[2:11, 3:9, 4:13] = True  # balls of a few voxels beside the blobs' small ones
+    weights, _ = TAB.lattice(spacing)
+    d2 = CPU.edt_sq(phase, weights).copy()
+    r2need = float(d2.max())
+    levels, need, r2cap = TAB.prune_table(r2need, weights)
+    holds = TAB.held_table(levels, need, TAB.level_lut(levels, r2cap, weights), r2need)
+    cut = {"all": holds.shape[1], "third": int(r2need) // 3, "none": 0}[columns]
+    mask = _prune_mask(d2, weights, holds=holds[:, :cut].copy())
+    kept = 0
+    for p in zip(*np.nonzero(phase)):
+        if _ball_held_by_a_neighbour(d2, weights, p):
+            assert mask[p] == 0, p
+        else:
+            assert mask[p] == _uphill_oracle(d2, p), p
+            kept += 1
+    assert (mask[~phase] == 0).all()
+    assert 0 < kept < 0.5 * phase.sum()
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (2.79, 2.39, 2.39)])
 def test_prune_level_lookup_cut_short_searches_the_rest(spacing):
     # The level table stops at LEVEL_LUT_MAX squared lengths; the prune kernel searches
@@ -1025,17 +1099,14 @@ def test_prune_level_lookup_cut_short_searches_the_rest(spacing):
     phase[:, :5] &= blobs((23, 5, 26), sigma=1.5, seed=3)
     weights, _ = TAB.lattice(spacing)
     d2 = CPU.edt_sq(phase, weights).copy()
-    levels, need, r2cap = TAB.prune_table(float(d2[np.isfinite(d2)].max()), weights)
+    r2need = float(d2[np.isfinite(d2)].max())
+    levels, need, r2cap = TAB.prune_table(r2need, weights)
     full = TAB.level_lut(levels, r2cap, weights)
-    w = tuple(float(v) for v in weights)
     masks = []
     for size in (full.size, full.size // 7, 3, 0):
-        mask = np.empty(phase.shape, np.uint32)
-        CPU._kernels().prune(d2, *w, 0.0, 0, 0, 0, *phase.shape, np.inf, levels, need, r2cap,
-                             full[:size].copy(), np.inf, np.inf, TAB.FAR_STEP, TAB.FAR_RIDGE,
-                             TAB.cap_limit(weights), _columns(phase), mask, 0,
-                             phase.shape[0])
-        masks.append(mask)
+        levlut = full[:size].copy()
+        holds = TAB.held_table(levels, need, levlut, r2need)
+        masks.append(_prune_mask(d2, weights, levlut=levlut, holds=holds))
     assert 0 < (masks[0] != 0).sum() < 0.5 * phase.sum()
     for mask in masks[1:]:
         np.testing.assert_array_equal(mask, masks[0])
@@ -1085,13 +1156,7 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_
     cand, bits = CPU.candidates(d2, weights, lo, hi, r2keep)
     K = CPU._kernels()
     w = tuple(float(v) for v in weights)
-    r2need = float(d2[np.isfinite(d2)].max())
-    levels, need, r2cap = TAB.prune_table(r2need, weights)
-    levlut = TAB.level_lut(levels, r2cap, weights)
-    mask = np.empty(phase.shape, np.uint32)
-    K.prune(d2, *w, 0.0, *lo, *hi, r2keep, levels, need, r2cap, levlut, np.inf, np.inf,
-            TAB.FAR_STEP, TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(phase), mask, 0,
-            phase.shape[0])
+    mask = _prune_mask(d2, weights, lo, hi, r2keep)
     near = np.flatnonzero(mask.ravel())
     inside = np.empty(near.size, np.int64)
     K.prune_far(d2, near, *w, 0.0, *lo, *hi, r2keep, TAB.far_min_r2(weights), TAB.FAR_STEP,

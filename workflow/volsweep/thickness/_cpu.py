@@ -25,7 +25,7 @@ from volsweep.backend import cpu_threads
 from . import _tables
 from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, LEVEL_LUT_MAX, cap_limit,
                       diameter_lut, disc_need_far, disc_need_table, far_columns,
-                      far_min_r2, half_table, level_lut, prune_table, with_far_buckets)
+                      far_min_r2, half_table, held_table, level_lut, prune_table, with_far_buckets)
 
 # float32 holds integers exactly up to 2**24: edt's float32 squared output is exact below it.
 _F32_EXACT = float(2**24)
@@ -165,12 +165,14 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     # as centres otherwise) are dropped by prune itself (far_container); each task keeps
     # the containers of a plane's row before in the plane of its first row (the others
     # are never touched, so np.zeros maps no memory for them)
+    # likewise each task's rows of its neighbours' largest D2 (_numba._held_code)
     mask = _scratch("prune_mask", d2.shape, np.uint32)
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
-         far_min_r2(weights), far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP,
-         FAR_RIDGE, cap_limit(weights), np.zeros((d2.shape[0], d2.shape[2], 3), np.int32),
-         mask)
+         held_table(levels, need, levlut, r2need), far_min_r2(weights),
+         far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP, FAR_RIDGE,
+         cap_limit(weights), np.zeros((d2.shape[0], d2.shape[2], 3), np.int32),
+         np.zeros((d2.shape[0], 5, d2.shape[2]), np.float64), mask)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)

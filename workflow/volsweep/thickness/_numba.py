@@ -344,8 +344,53 @@ def _gap(i, lo, hi):
 
 
 @njit(**_LEAF)
+def _max_rows(a, b, out):
+    # out = max(a, b) element by element (rows of one length; a loop that vectorises).
+    for k in range(out.size):
+        x = a[k]
+        y = b[k]
+        out[k] = x if x > y else y
+
+
+@njit(inline="always", **_OPTS)
+def _held_code(held, r, x, y, z, a, k):
+    # Whether the 26 neighbours of voxel k of a row (D2 = a, integer, inside the level
+    # table) hold its ball: 2 if a face neighbour does, 1 if only an edge or corner one,
+    # 0 if none, -1 if some neighbour lies past held's columns.  r: the row; x, y, z: the
+    # largest D2 of its (+-1, 0, 0), (0, +-1, 0) and (+-1, +-1, 0) neighbours per column.
+    c0 = max(r[k - 1], r[k + 1])
+    c1 = y[k]
+    c2 = max(y[k - 1], y[k + 1])
+    c3 = x[k]
+    c4 = max(x[k - 1], x[k + 1])
+    c5 = z[k]
+    c6 = max(z[k - 1], z[k + 1])
+    top = max(max(max(c0, c1), max(c2, c3)), max(max(c4, c5), c6))
+    if not top < held.shape[1]:
+        return -1
+    if a <= max(max(held[0, int(c0)], held[1, int(c1)]), held[3, int(c3)]):
+        return 2
+    if a <= max(max(held[2, int(c2)], held[4, int(c4)]), max(held[5, int(c5)],
+                                                            held[6, int(c6)])):
+        return 1
+    return 0
+
+
+@njit(inline="always", **_OPTS)
+def _uphill26(d2, i, j, k, a):
+    # The uphill bits of an inner voxel (all 26 neighbours in the array), bit 31 set.
+    up = np.uint32(1 << 31)
+    for di in range(-1, 2):
+        for dj in range(-1, 2):
+            for dk in range(-1, 2):
+                if di != 0 or dj != 0 or dk != 0:
+                    up |= _uphill_bit(a, d2[i + di, j + dj, k + dk], di, dj, dk)
+    return up
+
+
+@njit(**_LEAF)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, r2min, r2first, step, ridge, cap, above, out, i0, i1):
+          levlut, holds, r2min, r2first, step, ridge, cap, above, rows, out, i0, i1):
     # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
     # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
@@ -355,14 +400,29 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # dropped too: from r2first on before its 26 neighbours are read (most such walks
     # succeed), below it after them (the neighbours prune most such centres first).
     # above[i0]: this task's containers of the row before, per column (_far_dropped).
+    # Inner rows first take, per column, the largest D2 of the neighbours of each type
+    # (rows[i0], vectorised): holds (_tables.held_table) then tests all 26 in 7 lookups.
     n0, n1, n2 = d2.shape
     col = above[i0]
+    work = rows[i0]  # the x rows of j - 1, j, j + 1 by j % 3, then y, z (_held_code)
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
         col[:] = 0
+        inner = holds.shape[1] > 0 and 0 < i < n0 - 1 and n1 > 2 and n2 > 2
+        if inner:
+            _max_rows(d2[i - 1, 0], d2[i + 1, 0], work[0])
+            _max_rows(d2[i - 1, 1], d2[i + 1, 1], work[1])
         for j in range(n1):
             gj = _gap(j, lo1, hi1)
             hint = (0, 0, 0)  # far pruning's last container along the row (_far_dropped)
+            by_rows = inner and 0 < j < n1 - 1
+            if by_rows:
+                xn = work[(j + 1) % 3]
+                _max_rows(d2[i - 1, j + 1], d2[i + 1, j + 1], xn)
+                _max_rows(d2[i, j - 1], d2[i, j + 1], work[3])
+                _max_rows(work[(j - 1) % 3], xn, work[4])
+            row = d2[i, j]
+            xr = work[j % 3]
             for k in range(n2):
                 out[i, j, k] = 0
                 a = d2[i, j, k]
@@ -394,6 +454,30 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 else:
                                     hi_ = mid
                             lev = lo_ - 1
+                    code = -1
+                    if by_rows and 0 < k < n2 - 1 and a < levlut.size:
+                        code = _held_code(holds, row, xr, work[3], work[4], a, k)
+                    if code >= 0:
+                        # as below, with the same walks: a face neighbour's ball first,
+                        # then from r2first on far pruning, then any neighbour's
+                        if code == 2:
+                            continue
+                        if a >= r2first:
+                            dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
+                                                         lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                                                         r2min, step, ridge, cap, col)
+                            if dropped:
+                                continue
+                        if code == 1:
+                            continue
+                        if r2min <= a < r2first:
+                            dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
+                                                         lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                                                         r2min, step, ridge, cap, col)
+                            if dropped:
+                                continue
+                        out[i, j, k] = _uphill26(d2, i, j, k, a)
+                        continue
                     if lev >= 0 and 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
                         # the six face neighbours first: most pruned centres lie in one
                         # of their balls, and a pruned centre needs no uphill bits

@@ -250,6 +250,45 @@ def level_lut(levels, r2cap, weights) -> np.ndarray:
     return lut
 
 
+# held_table's columns: the neighbours' squared distances it covers (3.5 MiB of float64
+# for its 7 rows); a centre with a larger neighbour takes the per-neighbour test.
+HELD_TABLE_MAX = 2**16
+_HELD_TABLES: dict = {}
+
+
+def held_table(levels, need, levlut, r2need: float) -> np.ndarray:
+    """held[e, b] = the largest integer a < levlut.size whose ball a neighbour of type e
+    and squared distance b holds (``need[e, levlut[a]] < b``), 0 if none; b below
+    ``min(r2need + 1, HELD_TABLE_MAX)``.
+
+    Containment grows with b and shrinks with a, so a neighbour holds the ball of ``a``
+    iff ``a <= held[e, b]``, and a set of neighbours of one type holds it iff ``a <=
+    held[e, max b]``: the prune kernel tests a centre's 26 neighbours as 7 lookups of
+    their types' largest D2.  Empty (0 columns) when r2need is not finite.
+
+    Examples
+    --------
+    >>> levels, need, _ = prune_table(9.0, (1, 1, 1))
+    >>> lut = level_lut(levels, 10.0, (1, 1, 1))
+    >>> held_table(levels, need, lut, 9.0)[0].tolist()  # face neighbours
+    [0, 0, 1, 1, 1, 2, 3, 4, 4, 4]
+    """
+    if not math.isfinite(r2need):
+        return np.zeros((7, 0), np.float64)
+    nb = int(min(r2need + 1.0, HELD_TABLE_MAX))
+    key = (id(levlut), levlut.size, need.shape, nb)
+    t = _HELD_TABLES.get(key)
+    if t is None or t[0] is not levlut:
+        b = np.arange(nb, dtype=np.float64)
+        held = np.empty((7, nb), np.float64)
+        for e in range(7):
+            top = np.searchsorted(need[e], b, side="left") - 1  # largest level: need < b
+            held[e] = np.searchsorted(levlut, top, side="right") - 1
+        _HELD_TABLES.clear()
+        t = _HELD_TABLES[key] = (levlut, held)
+    return t[1]
+
+
 def prune_table(r2need: float, weights):
     """(levels, need, r2cap): distinct squared lengths < r2cap and, for each of the 7
     neighbour types e = (|di|, |dj|, |dk|) (index 4|di| + 2|dj| + |dk| - 1),
