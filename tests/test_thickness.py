@@ -50,7 +50,7 @@ def _prune_mask(d2, weights, lo=(0, 0, 0), hi=None, r2keep=np.inf, *, levlut=Non
     CPU._kernels().prune(d2, *(float(w) for w in weights), 0.0, *lo, *hi, r2keep, levels,
                          need, r2cap, levlut, holds, r2min, r2first, TAB.FAR_STEP,
                          TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(d2),
-                         np.zeros((d2.shape[0], 5, d2.shape[2])), mask, 0, d2.shape[0])
+                         np.zeros((d2.shape[0], 6, d2.shape[2])), mask, 0, d2.shape[0])
     return mask
 
 
@@ -1067,10 +1067,12 @@ def _uphill_oracle(d2, p):
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (1, 3, 2)])
 @pytest.mark.parametrize("columns", ["all", "third", "none"])
-def test_prune_keeps_exactly_the_balls_no_neighbour_holds(spacing, columns):
-    # Without far pruning, prune keeps the phase voxels whose lattice ball no 26-neighbour's
-    # ball holds, with their uphill bits: by the neighbours' largest D2 per type (the held
-    # table), by each neighbour's test (no table), or both (a table cut short).
+@pytest.mark.parametrize("box", [None, ((3, 2, 4), (9, 8, 10))])
+def test_prune_keeps_exactly_the_balls_no_neighbour_holds(spacing, columns, box):
+    # Without far pruning, prune keeps the phase voxels within reach of the box whose
+    # lattice ball no 26-neighbour's ball holds, with their uphill bits: by the
+    # neighbours' largest D2 per type (the held table), by each neighbour's test (no
+    # table), or both (a table cut short).
     phase = blobs((13, 10, 15), sigma=1.5, seed=11)
     phase[2:11, 3:9, 4:13] = True  # balls of a few voxels beside the blobs' small ones
     weights, _ = TAB.lattice(spacing)
@@ -1079,16 +1081,23 @@ def test_prune_keeps_exactly_the_balls_no_neighbour_holds(spacing, columns):
     levels, need, r2cap = TAB.prune_table(r2need, weights)
     holds = TAB.held_table(levels, need, TAB.level_lut(levels, r2cap, weights), r2need)
     cut = {"all": holds.shape[1], "third": int(r2need) // 3, "none": 0}[columns]
-    mask = _prune_mask(d2, weights, holds=holds[:, :cut].copy())
+    lo, hi = box or ((0, 0, 0), phase.shape)
+    r2keep = 2.5 ** 2 * max(weights) ** 2 if box else np.inf
+    mask = _prune_mask(d2, weights, lo, hi, r2keep, holds=holds[:, :cut].copy())
     kept = 0
     for p in zip(*np.nonzero(phase)):
-        if _ball_held_by_a_neighbour(d2, weights, p):
+        gap = [max(l - v, v - h + 1, 0) * w for v, l, h, w in zip(p, lo, hi, weights)]
+        if not sum(g * g for g in gap) < r2keep or _ball_held_by_a_neighbour(d2, weights, p):
             assert mask[p] == 0, p
         else:
             assert mask[p] == _uphill_oracle(d2, p), p
             kept += 1
     assert (mask[~phase] == 0).all()
     assert 0 < kept < 0.5 * phase.sum()
+    if box:  # some voxels within reach outside the box are kept, some beyond it are not
+        inside = np.zeros(phase.shape, bool)
+        inside[tuple(slice(l, h) for l, h in zip(lo, hi))] = True
+        assert (mask[~inside] != 0).any() and (mask[inside] != 0).sum() < kept
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (2.79, 2.39, 2.39)])

@@ -165,14 +165,14 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     # as centres otherwise) are dropped by prune itself (far_container); each task keeps
     # the containers of a plane's row before in the plane of its first row (the others
     # are never touched, so np.zeros maps no memory for them)
-    # likewise each task's rows of its neighbours' largest D2 (_numba._held_code)
+    # likewise each task's rows of its neighbours' largest D2 (_numba._held_codes)
     mask = _scratch("prune_mask", d2.shape, np.uint32)
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
          held_table(levels, need, levlut, r2need), far_min_r2(weights),
          far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP, FAR_RIDGE,
          cap_limit(weights), np.zeros((d2.shape[0], d2.shape[2], 3), np.int32),
-         np.zeros((d2.shape[0], 5, d2.shape[2]), np.float64), mask)
+         np.zeros((d2.shape[0], 6, d2.shape[2]), np.float64), mask)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)

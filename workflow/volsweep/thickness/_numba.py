@@ -352,28 +352,79 @@ def _max_rows(a, b, out):
         out[k] = x if x > y else y
 
 
+@njit(**_LEAF)
+def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts):
+    # What prune does with each voxel k of an inner row, from whether its 26 neighbours
+    # hold its ball: 0 nothing (background, outside [k0, k1), or held), 1 keep it, 2 keep
+    # it unless far pruning drops it, 3 walk far pruning's ray and drop it (held, but its
+    # walk comes first), -1 test it neighbour by neighbour (the row's ends, D2 >= amax, a
+    # neighbour past held's columns).  r: the row; x, y, z: the largest D2 of the voxels'
+    # (+-1, 0, 0), (0, +-1, 0) and (+-1, +-1, 0) neighbours.  iso: equal weights, so that
+    # the faces' types share a row of held, as do the edges'.  Without branches in the
+    # loops: the outcome changes from voxel to voxel.
+    n = r.size
+    if iso:
+        _row_actions_iso(held, r, x, y, z, amax, r2min, r2first, acts)
+    else:
+        _row_actions_any(held, r, x, y, z, amax, r2min, r2first, acts)
+    acts[0] = -1.0
+    acts[n - 1] = -1.0
+    for k in range(n):
+        a = r[k]
+        acts[k] = acts[k] if (a > 0.0) & (k0 <= k) & (k < k1) else 0.0
+
+
 @njit(inline="always", **_OPTS)
-def _held_code(held, r, x, y, z, a, k):
-    # Whether the 26 neighbours of voxel k of a row (D2 = a, integer, inside the level
-    # table) hold its ball: 2 if a face neighbour does, 1 if only an edge or corner one,
-    # 0 if none, -1 if some neighbour lies past held's columns.  r: the row; x, y, z: the
-    # largest D2 of its (+-1, 0, 0), (0, +-1, 0) and (+-1, +-1, 0) neighbours per column.
-    c0 = max(r[k - 1], r[k + 1])
-    c1 = y[k]
-    c2 = max(y[k - 1], y[k + 1])
-    c3 = x[k]
-    c4 = max(x[k - 1], x[k + 1])
-    c5 = z[k]
-    c6 = max(z[k - 1], z[k + 1])
-    top = max(max(max(c0, c1), max(c2, c3)), max(max(c4, c5), c6))
-    if not top < held.shape[1]:
-        return -1
-    if a <= max(max(held[0, int(c0)], held[1, int(c1)]), held[3, int(c3)]):
-        return 2
-    if a <= max(max(held[2, int(c2)], held[4, int(c4)]), max(held[5, int(c5)],
-                                                            held[6, int(c6)])):
-        return 1
-    return 0
+def _index(v, ok):
+    # A neighbour's D2 as a column of held (0 where the voxel is not ok: in bounds).
+    return np.uint64(v) if ok else np.uint64(0)
+
+
+@njit(inline="always", **_OPTS)
+def _action(face, other, ok, a, r2min, r2first):
+    # _row_actions' value for one voxel (selects, not branches).
+    walk = 3.0 if a >= r2first else 0.0
+    free = 2.0 if a >= r2min else 1.0
+    act = 0.0 if face else (walk if other else free)
+    return act if ok else -1.0
+
+
+@njit(**_LEAF)
+def _row_actions_iso(held, r, x, y, z, amax, r2min, r2first, acts):
+    nb = held.shape[1]
+    h0 = held[0]
+    h2 = held[2]
+    h6 = held[6]
+    for k in range(1, r.size - 1):
+        a = r[k]
+        f = max(max(max(r[k - 1], r[k + 1]), y[k]), x[k])
+        e = max(max(max(y[k - 1], y[k + 1]), max(x[k - 1], x[k + 1])), z[k])
+        c = max(z[k - 1], z[k + 1])
+        ok = (a < amax) & (max(max(f, e), c) < nb)
+        face = a <= h0[_index(f, ok)]
+        other = (a <= h2[_index(e, ok)]) | (a <= h6[_index(c, ok)])
+        acts[k] = _action(face, other, ok, a, r2min, r2first)
+
+
+@njit(**_LEAF)
+def _row_actions_any(held, r, x, y, z, amax, r2min, r2first, acts):
+    nb = held.shape[1]
+    h0, h1, h2, h3, h4, h5, h6 = held[0], held[1], held[2], held[3], held[4], held[5], held[6]
+    for k in range(1, r.size - 1):
+        a = r[k]
+        c0 = max(r[k - 1], r[k + 1])
+        c1 = y[k]
+        c2 = max(y[k - 1], y[k + 1])
+        c3 = x[k]
+        c4 = max(x[k - 1], x[k + 1])
+        c5 = z[k]
+        c6 = max(z[k - 1], z[k + 1])
+        top = max(max(max(c0, c1), max(c2, c3)), max(max(c4, c5), c6))
+        ok = (a < amax) & (top < nb)
+        face = (a <= h0[_index(c0, ok)]) | (a <= h1[_index(c1, ok)]) | (a <= h3[_index(c3, ok)])
+        other = ((a <= h2[_index(c2, ok)]) | (a <= h4[_index(c4, ok)])) | (
+            (a <= h5[_index(c5, ok)]) | (a <= h6[_index(c6, ok)]))
+        acts[k] = _action(face, other, ok, a, r2min, r2first)
 
 
 @njit(inline="always", **_OPTS)
@@ -386,6 +437,24 @@ def _uphill26(d2, i, j, k, a):
                 if di != 0 or dj != 0 or dk != 0:
                     up |= _uphill_bit(a, d2[i + di, j + dj, k + dk], di, dj, dk)
     return up
+
+
+@njit(inline="always", **_OPTS)
+def _keep_span(x, y, sz, lo, hi, n, r2keep):
+    # Whether a row whose gaps to the box along axes 0 and 1 are (x, y) (lengths) has a
+    # voxel within r2keep of the box, and the span [k0, k1) of those voxels: prune's test
+    # (x * x + y * y) + z * z < r2keep, with z = sz * _gap(k, lo, hi), which holds on one
+    # span about [lo, hi).
+    base = x * x + y * y
+    if not base < r2keep:
+        return False, 0, 0
+    # the largest gap t within reach (at most n), from a square root, then exactly
+    t = n if r2keep == np.inf else min(n, int(math.sqrt(r2keep - base) / sz))
+    while t > 0 and not base + (t * sz) * (t * sz) < r2keep:
+        t -= 1
+    while t < n and base + ((t + 1) * sz) * ((t + 1) * sz) < r2keep:
+        t += 1
+    return True, max(lo - t, 0), min(hi + t, n)
 
 
 @njit(**_LEAF)
@@ -401,10 +470,11 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # succeed), below it after them (the neighbours prune most such centres first).
     # above[i0]: this task's containers of the row before, per column (_far_dropped).
     # Inner rows first take, per column, the largest D2 of the neighbours of each type
-    # (rows[i0], vectorised): holds (_tables.held_table) then tests all 26 in 7 lookups.
+    # (rows[i0], vectorised): holds (_tables.held_table) then tests all 26 in 3 or 7 lookups.
     n0, n1, n2 = d2.shape
     col = above[i0]
-    work = rows[i0]  # the x rows of j - 1, j, j + 1 by j % 3, then y, z (_held_code)
+    iso = sx == sy == sz
+    work = rows[i0]  # x rows of j - 1, j, j + 1 by j % 3, then y, z, acts (_row_actions)
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
         col[:] = 0
@@ -422,10 +492,28 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                 _max_rows(d2[i, j - 1], d2[i, j + 1], work[3])
                 _max_rows(work[(j - 1) % 3], xn, work[4])
             row = d2[i, j]
-            xr = work[j % 3]
+            acts = work[5]
+            k0 = k1 = 0
+            if by_rows:
+                by_rows, k0, k1 = _keep_span(gi * sx, gj * sy, sz, lo2, hi2, n2, r2keep)
+            if by_rows:
+                _row_actions(holds, row, work[j % 3], work[3], work[4], float(levlut.size),
+                             iso, r2min, r2first, k0, k1, acts)
             for k in range(n2):
                 out[i, j, k] = 0
-                a = d2[i, j, k]
+                act = acts[k] if by_rows else -1.0
+                if act == 0.0:
+                    continue
+                a = row[k]
+                if act > 0.0:
+                    if act > 1.0:
+                        dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
+                                                     lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
+                                                     r2min, step, ridge, cap, col)
+                        if dropped or act == 3.0:
+                            continue
+                    out[i, j, k] = _uphill26(d2, i, j, k, a)
+                    continue
                 if not a > 0.0:
                     continue
                 gk = _gap(k, lo2, hi2)
@@ -454,30 +542,6 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 else:
                                     hi_ = mid
                             lev = lo_ - 1
-                    code = -1
-                    if by_rows and 0 < k < n2 - 1 and a < levlut.size:
-                        code = _held_code(holds, row, xr, work[3], work[4], a, k)
-                    if code >= 0:
-                        # as below, with the same walks: a face neighbour's ball first,
-                        # then from r2first on far pruning, then any neighbour's
-                        if code == 2:
-                            continue
-                        if a >= r2first:
-                            dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
-                                                         lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                         r2min, step, ridge, cap, col)
-                            if dropped:
-                                continue
-                        if code == 1:
-                            continue
-                        if r2min <= a < r2first:
-                            dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
-                                                         lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                         r2min, step, ridge, cap, col)
-                            if dropped:
-                                continue
-                        out[i, j, k] = _uphill26(d2, i, j, k, a)
-                        continue
                     if lev >= 0 and 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
                         # the six face neighbours first: most pruned centres lie in one
                         # of their balls, and a pruned centre needs no uphill bits
