@@ -198,6 +198,8 @@ def _slab_planes(planes: int) -> int:
     return max(MIN_SLAB, min(BITS_SLAB, -(-planes // (SLABS_PER_THREAD * cpu_threads()))))
 
 
+# Rank maps of fewer distinct squared radii that only the max painter paints are uint16.
+RANKS16_BELOW = 2**16
 # Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
 # (paint_max), after the larger ones in painting order: below it, sorting a ball and its
 # assigned bits cost more than the max painter's rows, which its row window (up to 31
@@ -209,7 +211,10 @@ _MAX_PAINTER_WORK = 12 + 6
 
 
 def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None, *, r2s=None):
-    """Rank map (uint32) of the box [lo, hi) and the sorted distinct D2 values it indexes.
+    """Rank map of the box [lo, hi) and the sorted distinct D2 values it indexes.
+
+    The map is uint16 where the max painter alone paints (every ball below
+    ``MAX_PAINT_RADIUS``) with fewer than ``RANKS16_BELOW`` values, else uint32.
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
     ``values[r - 1]``; 0 = not covered.  Balls are painted in decreasing D2 with one
@@ -222,7 +227,6 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     k = _kernels()
     wi = tuple(int(w) for w in weights)
     shape = tuple(int(h - l) for l, h in zip(box_lo, box_hi))
-    out = _scratch("paint_ranks", shape, np.uint32)
     cand = np.ascontiguousarray(cand, dtype=np.int64)
     if r2s is None:
         r2s = centre_r2(d2, cand)
@@ -245,7 +249,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     else:
         values, ranks = np.unique(r2s, return_inverse=True)
         ranks = (ranks.ravel() + 1).astype(np.uint32)
-    if cand.size == 0 or out.size == 0:
+    if cand.size == 0 or math.prod(shape) == 0:
+        out = _scratch("paint_ranks", shape, np.uint32)
         out[...] = 0
         return out, values
     n0, n1, n2 = d2.shape
@@ -261,6 +266,7 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         ci, cj, ck, r2s, ranks, ext = (a[order] for a in (ci, cj, ck, r2s, ranks, ext))
         # no disc masks here: each ball paints every slab it reaches
         start, lists = slab_lists(ci, ext, lo[0], hi[0], g)
+        out = _scratch("paint_ranks", shape, np.uint32)
         _run(k.paint_bits, start.size - 1, start, lists, ext, ci, cj, ck, r2s, ranks,
              *(float(w) for w in wi), *lo, *hi, g, out, tasks_per_thread=start.size - 1)
         return out, values
@@ -282,6 +288,9 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     # small balls (with thresholds) are max-painted in memory order, the others in
     # painting order
     r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, int(vals[nsmall - 1]) + 1 if nsmall else 0)
+    # the max painter alone: 16-bit ranks where they fit, half the memory it sweeps
+    only_max = rmax < r2lim and values.size < RANKS16_BELOW
+    out = _scratch("paint_ranks", shape, np.uint16 if only_max else np.uint32)
     if rmax >= r2lim:
         big = r2i >= r2lim
         everything = bool(big.all())

@@ -1323,6 +1323,18 @@ def _hw_typed(table, w, b, far):
     return _hw  # inlined: a call per row costs more (5x on rows past the tables)
 
 
+def _rank(out, r):
+    """r as the element type of the rank map out (uint16 or uint32)."""
+    return out.dtype.type(r)
+
+
+@overload(_rank, inline="always")
+def _rank_typed(out, r):
+    if out.dtype == types.uint16:
+        return lambda out, r: np.uint16(r)
+    return lambda out, r: np.uint32(r)
+
+
 @overload(_need4, inline="always")
 def _need4_typed(need2, far, rho):
     if isinstance(far, types.NoneType):
@@ -1842,7 +1854,7 @@ def _clip_rows(half, clip, di, sxi, syi, hmax):
 @njit(**_LEAF)
 def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
               lo0, lo1, lo2, hi0, hi1, hi2, hmax, out, work, q0, q1):
-    # Output planes [q0, q1) of the box: out = max(out, rank) over the visible discs of the
+    # Output planes [q0, q1) of the box: out = max(out, rank) (uint16 or uint32) over the visible discs of the
     # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
     # no sort and no slab lists: the centres (sorted flat indices) whose ball reaches these
     # planes are one range of cand, read in memory order.  A disc inside an uphill
@@ -1857,6 +1869,7 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut
     p1 = lo0 + q1
     m0 = np.searchsorted(cand, max(p0 - hmax, 0) * n1 * n2)
     m1 = np.searchsorted(cand, min(p1 + hmax, n0) * n1 * n2)
+    zero = _rank(flat, 0)
     best = work[q0, :12]
     half = work[q0, 12:]
     # rows are painted through a window of ROW_WINDOW voxels where it fits in a row (and
@@ -1889,7 +1902,7 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut
             mask = _lut_mask(best, a, lut)
         else:
             mask = _small_mask(best, th, r - 1, h)
-        rank = np.uint32(r)
+        rank = _rank(flat, r)
         jp, jm, kp, km = _face_uphill(bits[m])  # rows held by those neighbours are skipped
         clip = _hw(hwy, syi, a, far) >= ROW_CLIP_MIN and _row_clip(d2, bits[m], i, j, k, a, sxi,
                                                                   syi, half)
@@ -1925,7 +1938,7 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut
                     rgt = c1 - w0
                     for t in range(ROW_WINDOW):
                         u = np.uint64(row + w0) + np.uint64(t)
-                        flat[u] = max(flat[u], rank if (lft <= t) & (t <= rgt) else np.uint32(0))
+                        flat[u] = max(flat[u], rank if (lft <= t) & (t <= rgt) else zero)
                     continue
                 for t in range(c1 + 1 - c0):
                     u = np.uint64(row + c0) + np.uint64(t)
