@@ -46,7 +46,7 @@ def _prune_mask(d2, weights, lo=(0, 0, 0), hi=None, r2keep=np.inf, *, levlut=Non
         levlut = TAB.level_lut(levels, r2cap, weights)
     if holds is None:
         holds = TAB.held_table(levels, need, levlut, r2need)
-    mask = np.empty(d2.shape, np.uint32)
+    mask = np.empty(d2.shape, np.uint8)
     CPU._kernels().prune(d2, *(float(w) for w in weights), 0.0, *lo, *hi, r2keep, levels,
                          need, r2cap, levlut, holds, r2min, r2first, TAB.FAR_STEP,
                          TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(d2),
@@ -532,14 +532,14 @@ def test_public_exports():
 
 
 def _centres(phase, spacing):
-    """Lattice weights, squared distances, the whole box's centres and their uphill bits."""
+    """Lattice weights, squared distances and the whole box's centres."""
     weights, _ = TAB.lattice(spacing)
     d2 = CPU.edt_sq(phase, weights).copy()
-    cand, up = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
-    return weights, d2, cand.copy(), up.copy()
+    cand, _ = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
+    return weights, d2, cand.copy()
 
 
-def assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch):
+def assert_painters_agree(d2, cand, weights, lo, hi, ref, monkeypatch):
     """Every ball ordered, every small ball max-painted and the two mixed give ``ref``,
     with the small balls' disc masks looked up (disc_mask_lut) or tested."""
     for radius in [0, 1000, 2, 4, CPU.MAX_PAINT_RADIUS]:
@@ -547,7 +547,7 @@ def assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch):
             with monkeypatch.context() as m:
                 m.setattr(CPU, "MAX_PAINT_RADIUS", radius)
                 m.setattr(CPU, "MASK_LUT_BYTES", lut_bytes)
-                got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+                got = CPU.paint(d2, cand, weights, lo, hi)
             msg = f"radius {radius} table bytes {lut_bytes}"
             np.testing.assert_array_equal(ref[0], got[0], err_msg=msg)
             np.testing.assert_array_equal(ref[1], got[1])
@@ -597,8 +597,8 @@ def test_disc_mask_table_equals_the_thresholds(weights):
 
 @pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2)])
 def test_disc_mask_lookup_equals_the_class_test(weights):
-    # _lut_mask against _small_mask for random neighbourhoods (_class_best), inside the
-    # array and on its faces, with neighbours up to 3 table widths above the centre.
+    # _lut_mask against _small_mask for random neighbourhoods (_uphill_best), inside the
+    # array and on its faces, with uphill neighbours up to 3 table widths above the centre.
     K = CPU._kernels()
     lut = CPU.disc_mask_lut(weights, CPU.MASK_LUT_BYTES)
     count, w = lut.shape[0], lut.shape[2] - 1
@@ -613,18 +613,14 @@ def test_disc_mask_lookup_equals_the_class_test(weights):
         a = int(rng.integers(max(1, count - 20) if trial % 2 else 1, count))
         if h_all[a] < 0:
             continue
-        d2 = (a + rng.integers(-3, 3 * w, (3, 3, 3))).clip(0).astype(np.float64)
+        # about one neighbour in six uphill
+        above = rng.random((3, 3, 3)) < 0.17
+        d2 = np.where(above, a + rng.integers(0, 3 * w, (3, 3, 3)),
+                      a - 1 - rng.integers(0, 3, (3, 3, 3))).clip(0).astype(np.float64)
         i, j, k = (1, 1, 1) if trial % 3 else (1, 2, 0)
         d2[i, j, k] = a
-        bits = np.uint32(0)
-        for t in range(27):
-            di, dj, dk = t // 9 - 1, (t // 3) % 3 - 1, t % 3 - 1
-            inside = all(0 <= v < 3 for v in (i + di, j + dj, k + dk))
-            if inside and (di, dj, dk) != (0, 0, 0) and d2[i + di, j + dj, k + dk] >= a \
-                    and rng.random() < 0.15:
-                bits |= np.uint32(1 << t)
-                beyond += d2[i + di, j + dj, k + dk] - a >= w - 1
-        K._class_best(d2, bits, i, j, k, best)
+        K._uphill_best(d2, np.int64(a), i, j, k, best)
+        beyond += int((best - a >= w - 1).sum())
         want = K._small_mask(best, th, a, h_all[a])
         assert K._lut_mask(best, a, lut) == want, (trial, a)
     assert beyond > 300
@@ -634,7 +630,7 @@ def test_disc_masks_from_the_table_equal_the_tested_ones(monkeypatch):
     # The ordered painter's masks and hidden balls, array for array, with the table and
     # with the thresholds tested per class, on a phase whose balls span both.
     phase = blobs((41, 37, 46), sigma=4.5, seed=5)
-    weights, d2, cand, up = _centres(phase, (1, 1, 1))
+    weights, d2, cand = _centres(phase, (1, 1, 1))
     assert d2.reshape(-1)[cand].max() >= CPU.disc_mask_lut(weights, CPU.MASK_LUT_BYTES).shape[0]
     K = CPU._kernels()
     kernel = K.disc_skip_masks_bits
@@ -651,7 +647,7 @@ def test_disc_masks_from_the_table_equal_the_tested_ones(monkeypatch):
             m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
             m.setattr(CPU, "MASK_LUT_BYTES", lut_bytes)
             m.setattr(K, "disc_skip_masks_bits", record)
-            CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, uphill=up)
+            CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape)
         masks, hidden = runs[-1][0][-4], runs[-1][0][-3]
         results.append((masks.copy(), hidden.copy()))
     np.testing.assert_array_equal(results[0][0], results[1][0])
@@ -659,7 +655,7 @@ def test_disc_masks_from_the_table_equal_the_tested_ones(monkeypatch):
     assert results[0][0].any() and results[0][1].any()
 
 
-def _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch):
+def _recorded_masks(d2, cand, weights, lo, hi, monkeypatch):
     """The ordered painter's (ext, moff, masks, hidden) for the box [lo, hi)."""
     K = CPU._kernels()
     kernel = K.disc_skip_masks_bits
@@ -672,9 +668,9 @@ def _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
         m.setattr(K, "disc_skip_masks_bits", record)
-        CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+        CPU.paint(d2, cand, weights, lo, hi)
     args = runs[0]
-    return args[1], args[5].copy(), args[-5].copy(), args[-4].copy(), args[-3].copy()
+    return args[1], args[4].copy(), args[-5].copy(), args[-4].copy(), args[-3].copy()
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.7, 1.1, 1.3)])
@@ -685,12 +681,12 @@ def test_disc_masks_in_a_core_box_are_the_whole_box_masks_clipped(spacing, monke
     phase = np.ones((45, 38, 41), bool)
     phase[3, 30, 5] = phase[40, 4, 33] = phase[22, 19, 20] = False
     phase |= ~blobs(phase.shape, porosity=0.3, sigma=2.0, seed=4) & (np.arange(45) > 30)[:, None, None]
-    weights, d2, cand, up = _centres(phase, spacing)
-    ci, ext, moff, whole, _ = _recorded_masks(d2, cand, up, weights, (0, 0, 0), phase.shape,
+    weights, d2, cand = _centres(phase, spacing)
+    ci, ext, moff, whole, _ = _recorded_masks(d2, cand, weights, (0, 0, 0), phase.shape,
                                               monkeypatch)
     assert ext.max() >= 32 and ext.min() < 32
     for lo, hi in [((9, 0, 0), (30, 38, 41)), ((0, 5, 3), (13, 30, 40))]:
-        got = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
+        got = _recorded_masks(d2, cand, weights, lo, hi, monkeypatch)
         np.testing.assert_array_equal(got[0], ci)
         _, _, _, masks, hidden = got
         bits_whole = np.unpackbits(whole.view(np.uint8), bitorder="little")
@@ -714,18 +710,18 @@ def test_painter_paths_agree(spacing, monkeypatch):
     # neighbour lists, the lookups past the integer tables) give the same ranks, in the
     # whole box and in a core box.
     phase = blobs((30, 26, 37), sigma=2.5, seed=11)
-    weights, d2, cand, up = _centres(phase, spacing)
+    weights, d2, cand = _centres(phase, spacing)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (20, 19, 30))]:
-        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi)]
         got = CPU.paint(d2, cand, weights, lo, hi)
         np.testing.assert_array_equal(ref[0], got[0])
         np.testing.assert_array_equal(ref[1], got[1])
         with monkeypatch.context() as m:
             m.setattr(CPU, "INT_TABLE_MAX", 1)
-            got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+            got = CPU.paint(d2, cand, weights, lo, hi)
         np.testing.assert_array_equal(ref[0], got[0])
         np.testing.assert_array_equal(ref[1], got[1])
-        assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch)
+        assert_painters_agree(d2, cand, weights, lo, hi, ref, monkeypatch)
     # the whole box equals the oracle
     lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape), TAB.lattice(spacing)[1])
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
@@ -741,14 +737,14 @@ def test_max_painter_row_window(n2, spacing, monkeypatch):
     phase = blobs((13, 11, n2 + 7), sigma=1.4, seed=n2)
     np.testing.assert_array_equal(T.local_thickness(phase, spacing=spacing),
                                   oracle_local_thickness(phase, spacing))
-    weights, d2, cand, up = _centres(phase, spacing)
-    whole = CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, uphill=up)[0].copy()
+    weights, d2, cand = _centres(phase, spacing)
+    whole = CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape)[0].copy()
     lo, hi = (2, 1, 4), (11, 10, 4 + n2)
-    box, values = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+    box, values = CPU.paint(d2, cand, weights, lo, hi)
     np.testing.assert_array_equal(box, whole[2:11, 1:10, 4:4 + n2])
     with monkeypatch.context() as m:
         m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
-        ordered = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+        ordered = CPU.paint(d2, cand, weights, lo, hi)
     np.testing.assert_array_equal(ordered[0], box)
     np.testing.assert_array_equal(ordered[1], values)
 
@@ -787,14 +783,14 @@ def test_solid_with_isolated_pores_chunked_and_painter_paths(spacing, monkeypatc
     whole = T.local_thickness(phase, spacing=spacing)
     out, r_max = chunked(phase, (20, 9, 11), spacing)
     np.testing.assert_array_equal(out, whole)
-    weights, d2, cand, up = _centres(phase, spacing)
+    weights, d2, cand = _centres(phase, spacing)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (50, 16, 22))]:
-        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi)]
         with monkeypatch.context() as m:
             m.setattr(CPU, "INT_TABLE_MAX", 1)
-            got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+            got = CPU.paint(d2, cand, weights, lo, hi)
         np.testing.assert_array_equal(ref[0], got[0])
-        assert_painters_agree(d2, cand, up, weights, lo, hi, ref, monkeypatch)
+        assert_painters_agree(d2, cand, weights, lo, hi, ref, monkeypatch)
         # every phase voxel as a centre (no pruning) gives the same map
         every = np.flatnonzero(phase.ravel())
         got = CPU.paint(d2, every, weights, lo, hi)
@@ -815,15 +811,15 @@ def test_ranks_do_not_depend_on_the_slab_size(spacing, monkeypatch):
     # The ordered painter (large balls, one task per slab) gives the same ranks for slabs
     # of 1 to 16 planes, with and without the integer tables, whole and in a core box.
     phase = solid_with_pores((45, 19, 23), 3, 6)
-    weights, d2, cand, up = _centres(phase, spacing)
+    weights, d2, cand = _centres(phase, spacing)
     for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (41, 16, 22))]:
-        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi, uphill=up)]
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi)]
         for g in (1, 3, 4, 7, 16):
             for table_max in (CPU.INT_TABLE_MAX, 1):
                 with monkeypatch.context() as m:
                     m.setattr(CPU, "_slab_planes", lambda planes, g=g: g)
                     m.setattr(CPU, "INT_TABLE_MAX", table_max)
-                    got = CPU.paint(d2, cand, weights, lo, hi, uphill=up)
+                    got = CPU.paint(d2, cand, weights, lo, hi)
                 np.testing.assert_array_equal(ref[0], got[0], err_msg=f"{g} planes")
                 np.testing.assert_array_equal(ref[1], got[1])
     lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape),
@@ -1054,15 +1050,36 @@ def _ball_held_by_a_neighbour(d2, weights, p):
 
 
 def _uphill_oracle(d2, p):
-    """The 26-neighbours before p in the strict order (D2 descending, then flat index)."""
+    """The uphill bits of p (its 26-neighbours before it in the strict order: D2
+    descending, then flat index; bit 31 set) and their largest D2 per class (ex + 1) * 4
+    + |ey| * 2 + |ek|, -1 where none."""
     bits = 1 << 31
+    best = [-1] * 12
     for n, e in enumerate(itertools.product((-1, 0, 1), repeat=3)):
         q = tuple(np.add(p, e))
         if any(e) and all(0 <= v < m for v, m in zip(q, d2.shape)):
             if d2[q] > d2[p] or (d2[q] == d2[p] and np.ravel_multi_index(q, d2.shape)
                                  < np.ravel_multi_index(p, d2.shape)):
                 bits |= 1 << n
-    return bits
+                c = (e[0] + 1) * 4 + abs(e[1]) * 2 + abs(e[2])
+                best[c] = max(best[c], int(d2[q]))
+    return bits, best
+
+
+@pytest.mark.parametrize("shape", [(9, 11, 7), (3, 3, 3), (1, 6, 5)])
+def test_uphill_neighbours_and_their_class_maxima(shape):
+    # The painters' uphill neighbours of a centre (inside the array and on its faces),
+    # and the largest D2 of each class, against the strict order's definition; ties
+    # (equal D2) are frequent.
+    rng = np.random.default_rng(sum(shape))
+    d2 = rng.integers(0, 6, shape).astype(np.float64)
+    best = np.empty(12, np.int64)
+    for p in itertools.product(*map(range, shape)):
+        a = np.int64(d2[p])
+        up = CPU._kernels()._uphill_best(d2, a, *p, best)
+        want_bits, want_best = _uphill_oracle(d2, p)
+        assert int(up) == want_bits, p
+        assert best.tolist() == want_best, p
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0), (1, 3, 2)])
@@ -1070,9 +1087,8 @@ def _uphill_oracle(d2, p):
 @pytest.mark.parametrize("box", [None, ((3, 2, 4), (9, 8, 10))])
 def test_prune_keeps_exactly_the_balls_no_neighbour_holds(spacing, columns, box):
     # Without far pruning, prune keeps the phase voxels within reach of the box whose
-    # lattice ball no 26-neighbour's ball holds, with their uphill bits: by the
-    # neighbours' largest D2 per type (the held table), by each neighbour's test (no
-    # table), or both (a table cut short).
+    # lattice ball no 26-neighbour's ball holds: by the neighbours' largest D2 per type
+    # (the held table), by each neighbour's test (no table), or both (a table cut short).
     phase = blobs((13, 10, 15), sigma=1.5, seed=11)
     phase[2:11, 3:9, 4:13] = True  # balls of a few voxels beside the blobs' small ones
     weights, _ = TAB.lattice(spacing)
@@ -1090,7 +1106,7 @@ def test_prune_keeps_exactly_the_balls_no_neighbour_holds(spacing, columns, box)
         if not sum(g * g for g in gap) < r2keep or _ball_held_by_a_neighbour(d2, weights, p):
             assert mask[p] == 0, p
         else:
-            assert mask[p] == _uphill_oracle(d2, p), p
+            assert mask[p] == 1, p
             kept += 1
     assert (mask[~phase] == 0).all()
     assert 0 < kept < 0.5 * phase.sum()
@@ -1162,7 +1178,7 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_
     lo, hi = box or ((0, 0, 0), phase.shape)
     d2 = CPU.edt_sq(phase, weights).copy()
     r2keep = 30.0 ** 2 * max(weights) ** 2 if box else np.inf
-    cand, bits = CPU.candidates(d2, weights, lo, hi, r2keep)
+    cand, _ = CPU.candidates(d2, weights, lo, hi, r2keep)
     K = CPU._kernels()
     w = tuple(float(v) for v in weights)
     mask = _prune_mask(d2, weights, lo, hi, r2keep)
@@ -1172,7 +1188,6 @@ def test_prune_drops_the_far_contained_centres_of_prune_far(spacing, box, first_
                 TAB.FAR_RIDGE, TAB.cap_limit(weights), inside, 0, near.size)
     walked = near[inside < 0]
     assert np.isin(cand, walked).all()
-    np.testing.assert_array_equal(bits, mask.ravel()[cand])
     assert (inside >= 0).sum() > 100
     extra = walked[~np.isin(walked, cand)]
     assert extra.size < 0.05 * walked.size
@@ -1387,10 +1402,10 @@ def test_masks_beyond_the_integer_tables_equal_the_tables_masks(spacing, monkeyp
     # tables; clipped to the array, a disc whose part inside it is covered is hidden too.
     phase = np.ones((62, 13, 11), bool)
     phase[0, 0, 0] = phase[3, 9, 7] = False  # radii up to about 60 voxels
-    weights, d2, cand, up = _centres(phase, spacing)
+    weights, d2, cand = _centres(phase, spacing)
     lo, hi = (0, 0, 0), phase.shape
-    ref = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
-    ranks = CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0].copy()
+    ref = _recorded_masks(d2, cand, weights, lo, hi, monkeypatch)
+    ranks = CPU.paint(d2, cand, weights, lo, hi)[0].copy()
     got = {}
     for clip in (False, True):
         with monkeypatch.context() as m:
@@ -1398,8 +1413,8 @@ def test_masks_beyond_the_integer_tables_equal_the_tables_masks(spacing, monkeyp
             if not clip:
                 m.setattr(CPU, "disc_need_far", lambda r2, wy, wz, extent: TAB.disc_need_far(r2, wy, wz))
             assert d2[np.isfinite(d2)].max() > (32 * weights[0]) ** 2  # past the tables
-            got[clip] = _recorded_masks(d2, cand, up, weights, lo, hi, monkeypatch)
-            np.testing.assert_array_equal(CPU.paint(d2, cand, weights, lo, hi, uphill=up)[0], ranks)
+            got[clip] = _recorded_masks(d2, cand, weights, lo, hi, monkeypatch)
+            np.testing.assert_array_equal(CPU.paint(d2, cand, weights, lo, hi)[0], ranks)
     for a, b in zip(ref, got[False]):
         np.testing.assert_array_equal(a, b)
     assert ref[4].any() and not ref[4].all()
@@ -1425,10 +1440,10 @@ def test_max_painter_past_the_integer_tables_is_exact(spacing, monkeypatch):
     seen = []
     paint_max = NB.paint_max
 
-    def recorded(d2, cand, bits, r2lim, rank_lut, *rest):
+    def recorded(d2, cand, r2lim, rank_lut, *rest):
         far = rest[4]
         seen.append((far is not None, r2lim, rank_lut.size))
-        return paint_max(d2, cand, bits, r2lim, rank_lut, *rest)
+        return paint_max(d2, cand, r2lim, rank_lut, *rest)
 
     with monkeypatch.context() as m:
         m.setattr(CPU, "INT_TABLE_MAX", 8)
@@ -1649,10 +1664,10 @@ def test_ordered_painter_with_the_tables_cut_short_is_exact(table_max, seed, fil
     # squared radius between the two: the painter takes the caller's last tabled length
     # (not the disc table's) for its ranks and half-widths.
     phase = np.random.default_rng(seed).random((13, 17, 11)) < fill
-    weights, d2, cand, up = _centres(phase, (1, 1, 1))
+    weights, d2, cand = _centres(phase, (1, 1, 1))
     rmax = int(d2.reshape(-1)[cand].max())
     assert table_max - 1 < rmax < TAB.table_length(table_max - 1)
     monkeypatch.setattr(CPU, "MAX_PAINT_RADIUS", 0)
     monkeypatch.setattr(CPU, "INT_TABLE_MAX", table_max)
-    lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, uphill=up))
+    lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape))
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, (1, 1, 1)))

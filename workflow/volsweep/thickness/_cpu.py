@@ -148,10 +148,10 @@ def centre_r2(d2: np.ndarray, cand: np.ndarray) -> np.ndarray:
 
 
 def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
-    """Flat indices (sorted) of the ball centres that survive pruning, and their uphill bits.
+    """Flat indices (sorted) of the ball centres that survive pruning, and None.
 
-    The bits mark each centre's 26-neighbours before it in the order (D2 descending,
-    flat index ascending), for :func:`paint`.
+    (The GPU's candidates return the same; the painters read each centre's uphill
+    neighbours from ``d2``.)
     """
     k = _kernels()
     wx, wy, wz = (float(w) for w in weights)
@@ -165,8 +165,8 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     # as centres otherwise) are dropped by prune itself (far_container); each task keeps
     # the containers of a plane's row before in the plane of its first row (the others
     # are never touched, so np.zeros maps no memory for them)
-    # likewise each task's rows of its neighbours' largest D2 (_numba._held_codes)
-    mask = _scratch("prune_mask", d2.shape, np.uint32)
+    # likewise each task's rows of its neighbours' largest D2 (_numba._row_actions)
+    mask = _scratch("prune_mask", d2.shape, np.uint8)
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
          held_table(levels, need, levlut, r2need), far_min_r2(weights),
@@ -177,9 +177,8 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)
     cand = np.empty(int(offsets[-1]), np.int64)
-    bits = np.empty(cand.size, np.uint32)
-    _run(k.gather_kept, d2.shape[0], mask, offsets, cand, bits)
-    return cand, bits
+    _run(k.gather_kept, d2.shape[0], mask, offsets, cand)
+    return cand, None
 
 
 # Output planes per slab of the painter (one slab per task): BITS_SLAB, or fewer (down to
@@ -210,7 +209,7 @@ MAX_PAINT_RADIUS = 16
 _MAX_PAINTER_WORK = 12 + 6
 
 
-def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None, *, r2s=None):
+def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, extra=None, *, r2s=None):
     """Rank map of the box [lo, hi) and the sorted distinct D2 values it indexes.
 
     The map is uint16 where the max painter alone paints (every ball below
@@ -220,7 +219,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     ``values[r - 1]``; 0 = not covered.  Balls are painted in decreasing D2 with one
     "assigned" bit per voxel and a count of unassigned voxels per node: balls over
     finished nodes are skipped whole, and discs inside an uphill neighbour's disc are
-    skipped (``uphill`` from :func:`candidates`, or found here when None).  ``r2s``:
+    skipped (the uphill neighbours read from ``d2``; ``extra``, :func:`candidates`'
+    None, is the backends' common signature).  ``r2s``:
     ``d2`` at ``cand``, when the caller has it.  The result is this thread's work array,
     overwritten by the next call.
     """
@@ -273,8 +273,6 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
     rmax = int(values[-1])
     tab = min(rmax, rank_lut.size - 1)  # the tables' last squared length
     need2 = disc_need_table(tab, wi[1], wi[2])
-    if uphill is None:
-        uphill = k.uphill_bits(d2, cand)
     vals = values.astype(np.int64)
     # past the tables (large lattice weights put even small balls there) the disc needs
     # come from the far table with its bucket index (_tables.with_far_buckets)
@@ -298,14 +296,13 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, uphill=None
         # plane-by-plane test is faster on a solid with pores)
         ntab = int(np.searchsorted(vals[:nsmall], tab, side="right"))
         _paint_ordered(d2, cand if everything else cand[big], r2i if everything else r2i[big],
-                       uphill if everything else uphill[big], rank_lut, vals, th[:ntab], need2,
-                       tab, far, wi, lo, hi, out)
+                       rank_lut, vals, th[:ntab], need2, tab, far, wi, lo, hi, out)
         if everything:
             return out, values
     else:
         out[...] = 0
     hmax = int(_half_extent(np.array([min(rmax, r2lim - 1)], np.float64), wi[0])[0])
-    _run(k.paint_max, out.shape[0], d2, cand, uphill, r2lim, rank_lut, vals,
+    _run(k.paint_max, out.shape[0], d2, cand, r2lim, rank_lut, vals,
          half_table(min(tab, r2lim - 1), wi[0]), half_table(tab, wi[1]), half_table(tab, wi[2]),
          far, th, disc_mask_lut(wi, MASK_LUT_BYTES), wi[0], wi[1], wi[2], *lo, *hi, hmax, out,
          np.empty((out.shape[0], _MAX_PAINTER_WORK), np.int64),
@@ -329,7 +326,7 @@ def max_painter_tasks(planes: int, hmax: int, threads: int) -> int:
     return 2 if planes >= 2 * threads * (2 * hmax + 1) else 1
 
 
-def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, tab, far, wi, lo, hi, out):
+def _paint_ordered(d2, cand, r2i, rank_lut, vals, th, need2, tab, far, wi, lo, hi, out):
     """Paint the balls of ``cand`` into ``out`` (all of it written) in decreasing D2 with
     assigned bits (paint_bits_int), skipping the discs inside uphill neighbours' discs.
     ``tab``: the tables' last squared length (``rank_lut``'s, which ``need2`` covers);
@@ -354,7 +351,7 @@ def _paint_ordered(d2, cand, r2i, uphill, rank_lut, vals, th, need2, tab, far, w
     np.cumsum((2 * ext + 64) // 64, out=moff[1:])
     masks = np.empty(int(moff[-1]), np.uint64)
     hidden = np.empty(cand.size, np.uint8)
-    _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, uphill, ext, ranks, vals, th,
+    _run(k.disc_skip_masks_bits, cand.size, d2, ci, cj, ck, ext, ranks, vals, th,
          disc_mask_lut(wi, MASK_LUT_BYTES), need2, far, wi[0], wi[1], wi[2], lo[0], hi[0], moff,
          masks, hidden)
     # the painted centres' arrays in painting order, and the slab lists that index them
@@ -513,18 +510,19 @@ def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndar
 def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     """Peak host memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the bool input, two float64
-    distance passes, the uint32 prune mask and rank map, the float32 result and the
-    kept centres' arrays (every voxel kept), plus the tables (bounded by their caps) and
-    the disc needs past them (``_tables.far_columns`` of the lattice ``weights``)."""
+    distance passes, the uint8 prune mask, the rank map (at most uint32), the float32
+    result and the kept centres' arrays (every voxel kept), plus the tables (bounded by
+    their caps) and the disc needs past them (``_tables.far_columns`` of the lattice
+    ``weights``)."""
     n = math.prod(shape)
-    per_voxel = 1 + 8 + 8 + 4 + 4 + 4 + _PER_CENTRE
+    per_voxel = 1 + 8 + 8 + 1 + 4 + 4 + _PER_CENTRE
     return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights)
                + 8 * _MAX_PAINTER_WORK * shape[0])
 
 
 # Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2 (int64);
-# rank, uphill bits, slab-list entry and extent; disc-skip mask (uint64).
-_PER_CENTRE = 8 * 6 + 4 * 4 + 8
+# rank, slab-list entry and extent; disc-skip mask (uint64).
+_PER_CENTRE = 8 * 6 + 4 * 3 + 8
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
 # half-width tables, int64; the pruning table (level lookup, and its build); the disc masks;
 # the disc thresholds.

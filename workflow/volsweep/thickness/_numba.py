@@ -83,7 +83,7 @@ def _face_uphill(up):
 @njit(inline="always", **_OPTS)
 def _uphill_bit(a, b, di, dj, dk):
     # Neighbour (di, dj, dk) of squared distance b comes before its centre (a) in the strict
-    # order (D2 descending, flat index ascending): its bit for paint_bits_int, else 0.
+    # order (D2 descending, flat index ascending): its bit for _uphill_best, else 0.
     # Without branches (the 26 neighbours' loop then runs straight through).
     hit = (b > a) | ((b == a) & (di * 9 + dj * 3 + dk < 0))
     return np.uint32(hit) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
@@ -428,18 +428,6 @@ def _row_actions_any(held, r, x, y, z, amax, r2min, r2first, acts):
 
 
 @njit(inline="always", **_OPTS)
-def _uphill26(d2, i, j, k, a):
-    # The uphill bits of an inner voxel (all 26 neighbours in the array), bit 31 set.
-    up = np.uint32(1 << 31)
-    for di in range(-1, 2):
-        for dj in range(-1, 2):
-            for dk in range(-1, 2):
-                if di != 0 or dj != 0 or dk != 0:
-                    up |= _uphill_bit(a, d2[i + di, j + dj, k + dk], di, dj, dk)
-    return up
-
-
-@njit(inline="always", **_OPTS)
 def _keep_span(x, y, sz, lo, hi, n, r2keep):
     # Whether a row whose gaps to the box along axes 0 and 1 are (x, y) (lengths) has a
     # voxel within r2keep of the box, and the span [k0, k1) of those voxels: prune's test
@@ -460,8 +448,8 @@ def _keep_span(x, y, sz, lo, hi, n, r2keep):
 @njit(**_LEAF)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
           levlut, holds, r2min, r2first, step, ridge, cap, above, rows, out, i0, i1):
-    # out[p] != 0 for the centres kept (planes [i0, i1)): D(p) > 0, within r2keep of the
-    # box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
+    # out[p] = 1 for the centres kept, else 0 (planes [i0, i1)): D(p) > 0, within r2keep of
+    # the box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
     # {o: |o|^2 < b} iff b > need[type(e), level(a)] (the max of |o + e|^2 over the
     # ball); beyond the table, the continuous D(q) >= D(p) + |e| in squared form.  A
@@ -512,7 +500,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                                      r2min, step, ridge, cap, col)
                         if dropped or act == 3.0:
                             continue
-                    out[i, j, k] = _uphill26(d2, i, j, k, a)
+                    out[i, j, k] = 1
                     continue
                 if not a > 0.0:
                     continue
@@ -524,7 +512,6 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                 if not g < r2keep:
                     continue
                 keep = True
-                up = np.uint32(0)
                 if a != np.inf:
                     lev = -1
                     if a < r2cap:
@@ -544,7 +531,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                             lev = lo_ - 1
                     if lev >= 0 and 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
                         # the six face neighbours first: most pruned centres lie in one
-                        # of their balls, and a pruned centre needs no uphill bits
+                        # of their balls
                         nf0 = need[3, lev]
                         nf1 = need[1, lev]
                         nf2 = need[0, lev]
@@ -559,9 +546,9 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                             if dropped:
                                 continue
                         # inside the array, without bounds tests: whether an edge or corner
-                        # neighbour holds the ball, and the uphill bits, in one pass over
-                        # the 26 neighbours (each read once, no branch; the face
-                        # neighbours' tests are known to fail here)
+                        # neighbour holds the ball, in one pass over the 26 neighbours
+                        # (each read once, no branch; the face neighbours' tests are known
+                        # to fail here)
                         held = False
                         for di in range(-1, 2):
                             for dj in range(-1, 2):
@@ -571,7 +558,6 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                     b = d2[i + di, j + dj, k + dk]
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     held |= (need[et, lev] < b) & (b < np.inf)
-                                    up |= _uphill_bit(a, b, di, dj, dk)
                         if held:
                             continue
                         if r2min <= a < r2first:
@@ -580,7 +566,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                                          r2min, step, ridge, cap, col)
                             if dropped:
                                 continue
-                        out[i, j, k] = up | np.uint32(1 << 31)
+                        out[i, j, k] = 1
                         continue
                     if a >= r2min:
                         # past the table (the largest balls) or on the array's faces: the
@@ -605,7 +591,6 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                                 b = d2[ii, jj, kk]
                                 if b == np.inf:
                                     continue
-                                up |= _uphill_bit(a, b, di, dj, dk)
                                 if lev >= 0:
                                     et = abs(di) * 4 + abs(dj) * 2 + abs(dk) - 1
                                     if b > need[et, lev]:
@@ -626,13 +611,13 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                         if not keep:
                             break
                 if keep:
-                    out[i, j, k] = up | np.uint32(1 << 31)
+                    out[i, j, k] = 1
     return out
 
 
 @njit(**_OPTS)
 def count_kept(mask, counts, i0, i1):
-    # counts[i]: the kept centres (non-zero mask words) of plane i, for planes [i0, i1).
+    # counts[i]: the kept centres (non-zero mask bytes) of plane i, for planes [i0, i1).
     for i in range(i0, i1):
         plane = mask[i].reshape(-1)
         c = 0
@@ -642,48 +627,17 @@ def count_kept(mask, counts, i0, i1):
 
 
 @njit(**_OPTS)
-def gather_kept(mask, offsets, cand, bits, i0, i1):
-    # The flat indices and mask words of plane i's kept centres from cand[offsets[i]] on, in
-    # flat order (planes [i0, i1)): np.flatnonzero and its gather, by plane ranges.
+def gather_kept(mask, offsets, cand, i0, i1):
+    # The flat indices of plane i's kept centres from cand[offsets[i]] on, in flat order
+    # (planes [i0, i1)): np.flatnonzero, by plane ranges.
     m = mask.shape[1] * mask.shape[2]
     for i in range(i0, i1):
         plane = mask[i].reshape(-1)
         o = offsets[i]
         for q in range(m):
-            v = plane[q]
-            if v != 0:
+            if plane[q] != 0:
                 cand[o] = i * m + q
-                bits[o] = v
                 o += 1
-
-
-@njit(**_OPTS)
-def uphill_bits(d2, cand):
-    # prune's uphill bits (bit 31 set) for any list of centres (flat indices).
-    n0, n1, n2 = d2.shape
-    out = np.empty(cand.size, np.uint32)
-    for m in range(cand.size):
-        p = cand[m]
-        i = p // (n1 * n2)
-        j = (p // n2) % n1
-        k = p % n2
-        a = d2[i, j, k]
-        up = np.uint32(1 << 31)
-        for di in range(-1, 2):
-            ii = i + di
-            if ii < 0 or ii >= n0:
-                continue
-            for dj in range(-1, 2):
-                jj = j + dj
-                if jj < 0 or jj >= n1:
-                    continue
-                for dk in range(-1, 2):
-                    kk = k + dk
-                    if kk < 0 or kk >= n2 or (di == 0 and dj == 0 and dk == 0):
-                        continue
-                    up |= _uphill_bit(a, d2[ii, jj, kk], di, dj, dk)
-        out[m] = up
-    return out
 
 
 @njit(**_LEAF)
@@ -1556,42 +1510,40 @@ _UNKNOWN = -(2**62)
 
 
 @njit(inline="always", **_OPTS)
-def _pop_neighbour(v):
-    # The lowest set bit of v (uphill bits, as from prune): v without it, and that
-    # neighbour's offset and class c = (ex + 1) * 4 + |ey| * 2 + |ek|.
-    t = trailing_zeros(v)
-    di = t // 9 - 1
-    dj = (t // 3) % 3 - 1
-    dk = t % 3 - 1
-    return v & (v - np.uint32(1)), di, dj, dk, (di + 1) * 4 + abs(dj) * 2 + abs(dk)
-
-
-@njit(inline="always", **_OPTS)
-def _class_best(d2, bits, i, j, k, best):
-    # best[c] = the largest D2 of the uphill neighbours (bits, as from prune) of centre
-    # (i, j, k) in class c = (ex + 1) * 4 + |ey| * 2 + |ek|, -1 for a class with none.
+def _uphill_best(d2, a, i, j, k, best):
+    # The uphill bits of centre (i, j, k) (D2 = a; _uphill_bit, bit 31 set), and best[c] =
+    # the largest D2 of its uphill neighbours in class c = (ex + 1) * 4 + |ey| * 2 + |ek|,
+    # -1 for a class with none.
     for c in range(12):
         best[c] = -1
     n0, n1, n2 = d2.shape
+    up = np.uint32(1 << 31)
     if 0 < i < n0 - 1 and 0 < j < n1 - 1 and 0 < k < n2 - 1:
-        # inside the array: all 26 neighbours read, each kept by its bit without a branch
-        # (about twice as fast as visiting the set bits; the load comes before the test,
-        # so that the test compiles to a select rather than an unpredictable branch)
-        t = 0
+        # inside the array: all 26 neighbours read, without a branch (the load comes
+        # before the test, so that the test compiles to a select)
         for di in range(-1, 2):
             for dj in range(-1, 2):
                 for dk in range(-1, 2):
-                    on = (bits >> np.uint32(t)) & np.uint32(1)
-                    v = np.int64(d2[i + di, j + dj, k + dk])
-                    b = v if on else np.int64(-1)
+                    v = d2[i + di, j + dj, k + dk]
+                    bit = _uphill_bit(a, v, di, dj, dk)
+                    up |= bit
                     c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
-                    best[c] = max(best[c], b)
-                    t += 1
-        return
-    v = bits & np.uint32(0x7FFFFFF)
-    while v:
-        v, di, dj, dk, c = _pop_neighbour(v)
-        best[c] = max(best[c], np.int64(d2[i + di, j + dj, k + dk]))
+                    best[c] = max(best[c], np.int64(v) if bit else np.int64(-1))
+        return up
+    for di in range(-1, 2):
+        for dj in range(-1, 2):
+            for dk in range(-1, 2):
+                ii = i + di
+                jj = j + dj
+                kk = k + dk
+                if 0 <= ii < n0 and 0 <= jj < n1 and 0 <= kk < n2:
+                    v = d2[ii, jj, kk]
+                    bit = _uphill_bit(a, v, di, dj, dk)
+                    if bit:
+                        up |= bit
+                        c = (di + 1) * 4 + abs(dj) * 2 + abs(dk)
+                        best[c] = max(best[c], np.int64(v))
+    return up
 
 
 @njit(inline="always", **_OPTS)
@@ -1688,8 +1640,8 @@ def _behind_reach(rq, rp, sxi):
 
 
 @njit(**_OPTS)
-def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2, far, sxi, syi,
-                         szi, lo0, hi0, moff, masks, hidden, m0, m1):
+def disc_skip_masks_bits(d2, ci, cj, ck, ext, ranks, vals, th, lut, need2, far, sxi, syi, szi,
+                         lo0, hi0, moff, masks, hidden, m0, m1):
     # For centres [m0, m1): bit (d + h) of ball m's mask (words masks[moff[m]:]) is set
     # when the disc at plane offset d lies inside an uphill neighbour's disc or outside
     # the box's planes [lo0, hi0) (it paints nothing there), and hidden[m] = 1 when every
@@ -1721,7 +1673,7 @@ def disc_skip_masks_bits(d2, ci, cj, ck, bits, ext, ranks, vals, th, lut, need2,
         if dlo > dhi:
             hidden[m] = 1
             continue
-        _class_best(d2, bits[m], ci[m], cj[m], ck[m], best)
+        _uphill_best(d2, a, ci[m], cj[m], ck[m], best)
         if h < ONE_WORD_EXT and (a < lut.shape[0] or r < th.shape[0]):
             mask = masks[moff[m]] | (_lut_mask(best, a, lut) if a < lut.shape[0]
                                       else _small_mask(best, th, r, h))
@@ -1852,7 +1804,7 @@ def _clip_rows(half, clip, di, sxi, syi, hmax):
 
 
 @njit(**_LEAF)
-def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
+def paint_max(d2, cand, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
               lo0, lo1, lo2, hi0, hi1, hi2, hmax, out, work, q0, q1):
     # Output planes [q0, q1) of the box: out = max(out, rank) (uint16 or uint32) over the visible discs of the
     # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
@@ -1897,15 +1849,15 @@ def paint_max(d2, cand, bits, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut
         if ia > ib:
             continue
         r = rank_lut[a] if a < rank_lut.size else np.searchsorted(vals, a, side="right")
-        _class_best(d2, bits[m], i, j, k, best)
+        up = _uphill_best(d2, a, i, j, k, best)
         if a < lut.shape[0]:
             mask = _lut_mask(best, a, lut)
         else:
             mask = _small_mask(best, th, r - 1, h)
         rank = _rank(flat, r)
-        jp, jm, kp, km = _face_uphill(bits[m])  # rows held by those neighbours are skipped
-        clip = _hw(hwy, syi, a, far) >= ROW_CLIP_MIN and _row_clip(d2, bits[m], i, j, k, a, sxi,
-                                                                  syi, half)
+        jp, jm, kp, km = _face_uphill(up)  # rows held by those neighbours are skipped
+        clip = _hw(hwy, syi, a, far) >= ROW_CLIP_MIN and _row_clip(d2, up, i, j, k, a, sxi, syi,
+                                                                  half)
         # the visible planes' bits (d + h for plane offset d) within [ia, ib]
         span = np.uint64(ib - ia + 1)
         todo = ~mask & ((np.uint64(2) << (span - np.uint64(1))) - np.uint64(1)) << np.uint64(ia - i + h)
