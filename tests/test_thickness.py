@@ -553,6 +553,24 @@ def assert_painters_agree(d2, cand, weights, lo, hi, ref, monkeypatch):
             np.testing.assert_array_equal(ref[1], got[1])
 
 
+@pytest.mark.parametrize("spacing,dtype", [((1, 1, 1), np.uint8), ((0.7, 1.3, 1.0), np.uint16)])
+def test_max_painter_ranks_are_the_narrowest_type(spacing, dtype, monkeypatch):
+    # Where only the max painter paints, its rank map is the narrowest unsigned type that
+    # holds every rank, and the same map as in uint32.
+    phase = blobs((31, 27, 33), sigma=1.5 if dtype == np.uint8 else 3.5, seed=4)
+    weights, d2, cand = _centres(phase, spacing)
+    ranks, values = (a.copy() for a in CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape))
+    assert ranks.dtype == dtype and values.size <= np.iinfo(dtype).max
+    assert values.size > np.iinfo(dtype).max // 256  # the type below would not hold them
+    with monkeypatch.context() as m:
+        m.setattr(CPU, "MAX_PAINTER_RANKS", (np.uint32,))
+        wide = CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape)[0]
+    assert wide.dtype == np.uint32
+    np.testing.assert_array_equal(ranks, wide)
+    np.testing.assert_array_equal(CPU.finish(ranks, values, TAB.lattice(spacing)[1]),
+                                  oracle_local_thickness(phase, spacing))
+
+
 @pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2), (2, 1, 1), (13, 13, 40)])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_disc_thresholds_equal_their_formula(weights, threads, monkeypatch):

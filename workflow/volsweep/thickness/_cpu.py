@@ -197,8 +197,9 @@ def _slab_planes(planes: int) -> int:
     return max(MIN_SLAB, min(BITS_SLAB, -(-planes // (SLABS_PER_THREAD * cpu_threads()))))
 
 
-# Rank maps of fewer distinct squared radii that only the max painter paints are uint16.
-RANKS16_BELOW = 2**16
+# Rank maps that only the max painter paints are of the smallest of these unsigned types
+# that holds every rank (a narrower map is less memory for its rows to sweep).
+MAX_PAINTER_RANKS = (np.uint8, np.uint16, np.uint32)
 # Balls of a smaller radius (in finest lattice weights) are painted by max in memory order
 # (paint_max), after the larger ones in painting order: below it, sorting a ball and its
 # assigned bits cost more than the max painter's rows, which its row window (up to 31
@@ -212,8 +213,8 @@ _MAX_PAINTER_WORK = 12 + 6
 def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, extra=None, *, r2s=None):
     """Rank map of the box [lo, hi) and the sorted distinct D2 values it indexes.
 
-    The map is uint16 where the max painter alone paints (every ball below
-    ``MAX_PAINT_RADIUS``) with fewer than ``RANKS16_BELOW`` values, else uint32.
+    The map is uint32, or where the max painter alone paints (every ball below
+    ``MAX_PAINT_RADIUS``) the narrowest of ``MAX_PAINTER_RANKS`` that holds every rank.
 
     ``out[x] = r`` means the largest D2(p) among the candidate balls covering x is
     ``values[r - 1]``; 0 = not covered.  Balls are painted in decreasing D2 with one
@@ -286,9 +287,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, extra=None,
     # small balls (with thresholds) are max-painted in memory order, the others in
     # painting order
     r2lim = min((MAX_PAINT_RADIUS * min(wi)) ** 2, int(vals[nsmall - 1]) + 1 if nsmall else 0)
-    # the max painter alone: 16-bit ranks where they fit, half the memory it sweeps
-    only_max = rmax < r2lim and values.size < RANKS16_BELOW
-    out = _scratch("paint_ranks", shape, np.uint16 if only_max else np.uint32)
+    # the max painter alone: the narrowest ranks that fit
+    out = _scratch("paint_ranks", shape, _rank_type(values.size) if rmax < r2lim else np.uint32)
     if rmax >= r2lim:
         big = r2i >= r2lim
         everything = bool(big.all())
@@ -308,6 +308,15 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, extra=None,
          np.empty((out.shape[0], _MAX_PAINTER_WORK), np.int64),
          tasks_per_thread=max_painter_tasks(out.shape[0], hmax, cpu_threads()))
     return out, values
+
+
+def _rank_type(nvalues: int):
+    """The narrowest of MAX_PAINTER_RANKS that holds the ranks 0..nvalues.
+
+    >>> _rank_type(255).__name__, _rank_type(256).__name__
+    ('uint8', 'uint16')
+    """
+    return next(t for t in MAX_PAINTER_RANKS if nvalues <= np.iinfo(t).max)
 
 
 def max_painter_tasks(planes: int, hmax: int, threads: int) -> int:

@@ -1278,12 +1278,14 @@ def _hw_typed(table, w, b, far):
 
 
 def _rank(out, r):
-    """r as the element type of the rank map out (uint16 or uint32)."""
+    """r as the element type of the rank map out (uint8, uint16 or uint32)."""
     return out.dtype.type(r)
 
 
 @overload(_rank, inline="always")
 def _rank_typed(out, r):
+    if out.dtype == types.uint8:
+        return lambda out, r: np.uint8(r)
     if out.dtype == types.uint16:
         return lambda out, r: np.uint16(r)
     return lambda out, r: np.uint32(r)
@@ -1806,7 +1808,7 @@ def _clip_rows(half, clip, di, sxi, syi, hmax):
 @njit(**_LEAF)
 def paint_max(d2, cand, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
               lo0, lo1, lo2, hi0, hi1, hi2, hmax, out, work, q0, q1):
-    # Output planes [q0, q1) of the box: out = max(out, rank) (uint16 or uint32) over the visible discs of the
+    # Output planes [q0, q1) of the box: out = max(out, rank) (uint8, uint16 or uint32) over the visible discs of the
     # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
     # no sort and no slab lists: the centres (sorted flat indices) whose ball reaches these
     # planes are one range of cand, read in memory order.  A disc inside an uphill

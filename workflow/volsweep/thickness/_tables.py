@@ -263,14 +263,14 @@ def held_table(levels, need, levlut, r2need: float) -> np.ndarray:
 
     Containment grows with b and shrinks with a, so a neighbour holds the ball of ``a``
     iff ``a <= held[e, b]``, and a set of neighbours of one type holds it iff ``a <=
-    held[e, max b]``: the prune kernel tests a centre's 26 neighbours as 7 lookups of
-    their types' largest D2.  Empty (0 columns) when r2need is not finite.
+    held[e, max b]``: the prune kernel tests a centre's 26 neighbours as lookups of
+    their types' largest D2 (3 where the weights are equal, else 7).  Empty (0 columns) when r2need is not finite.
 
     Examples
     --------
     >>> levels, need, _ = prune_table(9.0, (1, 1, 1))
     >>> lut = level_lut(levels, 10.0, (1, 1, 1))
-    >>> held_table(levels, need, lut, 9.0)[0].tolist()  # face neighbours
+    >>> held_table(levels, need, lut, 9.0)[0].astype(int).tolist()  # face neighbours
     [0, 0, 1, 1, 1, 2, 3, 4, 4, 4]
     """
     if not math.isfinite(r2need):
