@@ -1808,10 +1808,10 @@ def _clip_rows(half, clip, di, sxi, syi, hmax):
 @njit(**_LEAF)
 def paint_max(d2, cand, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
               lo0, lo1, lo2, hi0, hi1, hi2, hmax, out, work, q0, q1):
-    # Output planes [q0, q1) of the box: out = max(out, rank) (uint8, uint16 or uint32) over the visible discs of the
-    # centres with D2 < r2lim (half extents <= hmax along axis 0).  Max is order-free, so
-    # no sort and no slab lists: the centres (sorted flat indices) whose ball reaches these
-    # planes are one range of cand, read in memory order.  A disc inside an uphill
+    # Output planes [q0, q1) of the box: out = max(out, rank) (out uint8, uint16 or uint32)
+    # over the visible discs of the centres with D2 < r2lim (half extents <= hmax along
+    # axis 0).  Max is order-free, so no sort and no slab lists: the centres (sorted flat
+    # indices) whose ball reaches these planes are one range of cand, read in memory order.  A disc inside an uphill
     # neighbour's disc (_small_mask) is skipped, as in paint_bits_int: every skipped
     # disc is covered by a painted one of a value at least as large.  Squared lengths past
     # the tables (far an array): ranks by a search of vals, half-widths by _hw.  work:
