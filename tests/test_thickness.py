@@ -192,8 +192,8 @@ def test_distance_maps_equal_oracle():
 
 
 def test_distance_maps_equal_oracle_on_long_and_grouped_lines():
-    # Axes 1 and 2 are searched NB.GROUP_LINES lines at a time for up to NB.GROUP_SPAN
-    # steps (axis 2 on the transposed plane): a fine part (groups that finish), a solid part
+    # Axes 1 and 2 are searched NB.GROUP_LINES voxels at a time for up to NB.GROUP_SPAN
+    # steps (axis 2 along each row): a fine part (groups that finish), a solid part
     # with a few background voxels (groups that need more steps and take the per-line
     # pass, lines along axis 0 without any background) and widths that are not multiples of
     # the group; then the same phase with axes 1 and 2 swapped.  Oracle: scipy's distance
@@ -220,6 +220,27 @@ def test_distance_maps_equal_oracle_on_long_and_grouped_lines():
             assert ref[fine].max() < (NB.GROUP_SPAN * min(w[1:])) ** 2
             assert x.all(axis=(0, 2) if swap else (0, 1)).any()
             assert x.shape[2 if swap else 1] > 2 * NB.GROUP_SPAN + 1 and np.isfinite(ref).all()
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (3, 2, 1)])
+def test_distance_map_rows_after_rows_that_need_more_steps(spacing):
+    # A row whose search along axis 2 needs more than NB.GROUP_SPAN steps takes the
+    # per-line pass, and so do the NB.GROUP_SKIP rows after it; the rows after those are
+    # searched again.  Here the rows near a solid band's far side need more steps and the
+    # others not.  Oracle: scipy's distance transform, squared and rounded.
+    from scipy import ndimage
+
+    rng = np.random.default_rng(5)
+    shape = (6, NB.GROUP_SKIP + 3 * NB.GROUP_SPAN, 2 * NB.GROUP_LINES + 9)
+    phase = rng.random(shape) < 0.7
+    band = NB.GROUP_SPAN + 8
+    phase[:, :band] = True
+    w, _ = TAB.lattice(spacing)
+    ref = np.rint(ndimage.distance_transform_edt(phase, sampling=w) ** 2)
+    np.testing.assert_array_equal(CPU.edt_sq(phase, w), ref)
+    # row 0 needs more steps than the search takes, the rows past the skipped ones not
+    assert ref[:, 0].min() > (NB.GROUP_SPAN * w[2]) ** 2
+    assert ref[:, NB.GROUP_SKIP + 1:].max() < (NB.GROUP_SPAN * min(w[1:])) ** 2
 
 
 def test_known_shapes():

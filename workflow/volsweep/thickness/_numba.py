@@ -48,11 +48,12 @@ _LEAF = dict(_OPTS, _nrt=False)
 # outwards voxel by voxel (a few steps); longer ones take the lower envelope of
 # parabolas (Meijster et al.), linear in the line's length whatever the distances.
 BRUTE_SPAN = 16
-# Axes 1 and 2 are searched GROUP_LINES lines at a time, up to GROUP_SPAN steps from each
-# voxel (axis 2 on a transposed plane, in tiles of TRANSPOSE_TILE^2).
+# Axes 1 and 2 are searched GROUP_LINES voxels at a time, up to GROUP_SPAN steps from each
+# voxel: axis 1 over GROUP_LINES neighbouring lines, axis 2 over GROUP_LINES neighbouring
+# voxels of a row, each reading the row shifted by the step.
 GROUP_LINES = 64
 GROUP_SPAN = 32
-TRANSPOSE_TILE = 32
+GROUP_SKIP = 32
 # The bits of +inf as int64: finite non-negative doubles have smaller bits.
 _INF_BITS = np.int64(0x7FF0000000000000)
 
@@ -280,23 +281,52 @@ def _plane_pass(src, dst, w, long, col, res, s, fs, t):
                     dst[j, k] = res[j]
 
 
-@njit(inline="always", **_OPTS)
-def _transpose(src, dst):
-    # dst = src.T in tiles of TRANSPOSE_TILE^2 (both stay in cache).
-    n1, n2 = src.shape
-    for jb in range(0, n1, TRANSPOSE_TILE):
-        for kb in range(0, n2, TRANSPOSE_TILE):
-            for j in range(jb, min(jb + TRANSPOSE_TILE, n1)):
-                for k in range(kb, min(kb + TRANSPOSE_TILE, n2)):
-                    dst[k, j] = src[j, k]
+@njit(**_LEAF)
+def _group_row(src, dst, pad, fw):
+    # dst[k] = min over d of src[k +- d] + (d fw)^2 along one row, GROUP_LINES voxels at a
+    # time (contiguous: the loops vectorise), stepping d while a value exceeds (d fw)^2;
+    # False when that needs more than GROUP_SPAN steps.  pad: the row's buffer with
+    # GROUP_SPAN + 1 infinite values on each side (set by the caller), so that every
+    # shifted read stays inside it.
+    n = src.size
+    e = GROUP_SPAN + 1
+    for k in range(n):
+        pad[e + k] = src[k]
+    for k0 in range(0, n, GROUP_LINES):
+        k1 = min(k0 + GROUP_LINES, n)
+        out = dst[k0:k1]
+        m = out.size
+        above_next = 0
+        for k in range(m):
+            v = src[k0 + k]
+            out[k] = v
+            above_next += v > fw * fw
+        d = 1
+        while above_next and d < n:
+            if d > GROUP_SPAN:
+                return False
+            c = (d * fw) * (d * fw)
+            cn = ((d + 1) * fw) * ((d + 1) * fw)
+            lo = pad[e + k0 - d:e + k1 - d]
+            hi = pad[e + k0 + d:e + k1 + d]
+            above_next = 0
+            for k in range(m):
+                x = lo[k]
+                y = hi[k]
+                x = (x if x < y else y) + c
+                y = out[k]
+                b = x if x < y else y
+                out[k] = b
+                above_next += b > cn
+            d += 1
+    return True
 
 
 @njit(**_OPTS)
 def edt_axis12(fin, sy, sz, out, i0, i1):
     # The distance passes along axes 1 then 2 for planes [i0, i1), one plane at a time:
-    # axis 1 on the plane (_plane_pass), axis 2 grouped on its transpose, the lines of the
-    # groups that need more steps on the plane's rows (_line); returns the largest finite
-    # value written (0.0 if none).
+    # axis 1 on the plane (_plane_pass), axis 2 on its rows (_group_row, or _line for a row
+    # that needs more steps); returns the largest finite value written (0.0 if none).
     n0, n1, n2 = fin.shape
     m = max(n1, n2)
     s = np.empty(m, np.int64)
@@ -305,23 +335,23 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     col = np.empty(m, np.float64)
     res = np.empty(m, np.float64)
     buf = np.empty((n1, n2), np.float64)
-    tb = np.empty((n2, n1), np.float64)
-    tr = np.empty((n2, n1), np.float64)
+    pad = np.full(n2 + 2 * (GROUP_SPAN + 1), np.inf)
     long1 = np.empty((n2 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
-    long2 = np.empty((n1 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
     mx = np.int64(0)
     for i in range(i0, i1):
         _plane_pass(fin[i], buf, np.int64(sy), long1, col, res, s, fs, t)
-        _transpose(buf, tb)
-        _grouped(tb, tr, float(sz), long2)
         row = out[i]
-        if not long2.all():
-            _transpose(tr, row)
-        # the lines of the groups that need more steps: per line, on the plane's rows
-        for g in range(long2.size):
-            if long2[g]:
-                for j in range(g * GROUP_LINES, min((g + 1) * GROUP_LINES, n1)):
-                    _line(buf[j], row[j], np.int64(sz), s, fs, t)
+        # after a row that needs more steps, the next GROUP_SKIP rows take _line at once
+        # (rows alike: where distances are long, a search would give up on each)
+        skip = 0
+        for j in range(n1):
+            if skip > 0:
+                skip -= 1
+            elif _group_row(buf[j], row[j], pad, float(sz)):
+                continue
+            else:
+                skip = GROUP_SKIP
+            _line(buf[j], row[j], np.int64(sz), s, fs, t)
         # the largest finite value, on the bits (non-negative doubles order as their
         # bits; a float max would keep the loop scalar)
         bits = row.reshape(-1).view(np.int64)
