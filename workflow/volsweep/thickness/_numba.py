@@ -383,15 +383,16 @@ def _max_rows(a, b, out):
 
 
 @njit(**_LEAF)
-def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts):
+def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept):
     # What prune does with each voxel k of an inner row, from whether its 26 neighbours
     # hold its ball: 0 nothing (background, outside [k0, k1), or held), 1 keep it, 2 keep
     # it unless far pruning drops it, 3 walk far pruning's ray and drop it (held, but its
     # walk comes first), -1 test it neighbour by neighbour (the row's ends, D2 >= amax, a
     # neighbour past held's columns).  r: the row; x, y, z: the largest D2 of the voxels'
     # (+-1, 0, 0), (0, +-1, 0) and (+-1, +-1, 0) neighbours.  iso: equal weights, so that
-    # the faces' types share a row of held, as do the edges'.  Without branches in the
-    # loops: the outcome changes from voxel to voxel.
+    # the faces' types share a row of held, as do the edges'.  kept: the row of prune's
+    # mask, 1 where the action is 1, else 0.  Without branches in the loops: the outcome
+    # changes from voxel to voxel.
     n = r.size
     if iso:
         _row_actions_iso(held, r, x, y, z, amax, r2min, r2first, acts)
@@ -401,7 +402,9 @@ def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts):
     acts[n - 1] = -1.0
     for k in range(n):
         a = r[k]
-        acts[k] = acts[k] if (a > 0.0) & (k0 <= k) & (k < k1) else 0.0
+        act = acts[k] if (a > 0.0) & (k0 <= k) & (k < k1) else 0.0
+        acts[k] = act
+        kept[k] = act == 1.0
 
 
 @njit(inline="always", **_OPTS)
@@ -515,22 +518,20 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
             if by_rows:
                 by_rows, k0, k1 = _keep_span(gi * sx, gj * sy, sz, lo2, hi2, n2, r2keep)
             if by_rows:
+                # the actions 0 and 1 are written here; the loop below takes the others
                 _row_actions(holds, row, work[j % 3], work[3], work[4], float(levlut.size),
-                             iso, r2min, r2first, k0, k1, acts)
+                             iso, r2min, r2first, k0, k1, acts, out[i, j])
             for k in range(n2):
-                out[i, j, k] = 0
                 act = acts[k] if by_rows else -1.0
-                if act == 0.0:
+                if (act >= 0.0) & (act <= 1.0):
                     continue
+                out[i, j, k] = 0
                 a = row[k]
-                if act > 0.0:
-                    if act > 1.0:
-                        dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps,
-                                                     lo0, lo1, lo2, hi0, hi1, hi2, r2keep,
-                                                     r2min, step, ridge, cap, col)
-                        if dropped or act == 3.0:
-                            continue
-                    out[i, j, k] = 1
+                if act > 1.0:
+                    dropped, hint = _far_dropped(d2, i, j, k, a, hint, sx, sy, sz, eps, lo0,
+                                                 lo1, lo2, hi0, hi1, hi2, r2keep, r2min, step,
+                                                 ridge, cap, col)
+                    out[i, j, k] = not dropped and act == 2.0
                     continue
                 if not a > 0.0:
                     continue
