@@ -50,7 +50,8 @@ def _prune_mask(d2, weights, lo=(0, 0, 0), hi=None, r2keep=np.inf, *, levlut=Non
     CPU._kernels().prune(d2, *(float(w) for w in weights), 0.0, *lo, *hi, r2keep, levels,
                          need, r2cap, levlut, holds, r2min, r2first, TAB.FAR_STEP,
                          TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(d2),
-                         np.zeros((d2.shape[0], 6, d2.shape[2])), mask, 0, d2.shape[0])
+                         np.zeros((d2.shape[0], CPU._PRUNE_ROWS, d2.shape[2])), mask, 0,
+                         d2.shape[0])
     return mask
 
 

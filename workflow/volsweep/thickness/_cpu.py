@@ -172,7 +172,7 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
          held_table(levels, need, levlut, r2need), far_min_r2(weights),
          far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP, FAR_RIDGE,
          cap_limit(weights), np.zeros((d2.shape[0], d2.shape[2], 3), np.int32),
-         np.zeros((d2.shape[0], 6, d2.shape[2]), np.float64), mask)
+         np.zeros((d2.shape[0], _PRUNE_ROWS, d2.shape[2]), np.float64), mask)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)
@@ -526,17 +526,22 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     n = math.prod(shape)
     per_voxel = 1 + 8 + 8 + 1 + 4 + 4 + _PER_CENTRE
     return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights)
-               + 8 * _MAX_PAINTER_WORK * shape[0])
+               + 8 * _MAX_PAINTER_WORK * shape[0] + 8 * _PRUNE_ROWS * shape[0] * shape[2])
 
 
 # Bytes per kept centre in paint: flat index, three coordinates, D2, integer D2 (int64);
 # rank, slab-list entry and extent; disc-skip mask (uint64).
 _PER_CENTRE = 8 * 6 + 4 * 3 + 8
+# float64 rows per plane of prune's work (_numba._row_actions: x of three rows, y, z, the
+# actions)
+_PRUNE_ROWS = 6
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
-# half-width tables, int64; the pruning table (level lookup, and its build); the disc masks;
-# the disc thresholds.
+# half-width tables, int64; the pruning table (level lookup, and its build) and its
+# inverse (held_table: 7 rows, 2 more while it is built); the disc masks; the disc
+# thresholds.
 _TABLE_BYTES = (8 * 11 * (INT_TABLE_MAX + 1) + 8 * LEVEL_LUT_MAX + _tables.PRUNE_TABLE_BUILD_BYTES
-                + MASK_LUT_BYTES + 8 * 12 * 64 * TH_MAX_VALUES)
+                + 8 * (7 + 2) * _tables.HELD_TABLE_MAX + MASK_LUT_BYTES
+                + 8 * 12 * 64 * TH_MAX_VALUES)
 # disc_need_far: building it takes its 6 int64 rows and the quarter disc's sorts (12 rows at
 # the peak, one more for the arrays' headers and small temporaries); adding the bucket index
 # (far_buckets) holds the 6 rows, the 7 of the copy and 2 of temporaries.

@@ -264,7 +264,8 @@ def held_table(levels, need, levlut, r2need: float) -> np.ndarray:
     Containment grows with b and shrinks with a, so a neighbour holds the ball of ``a``
     iff ``a <= held[e, b]``, and a set of neighbours of one type holds it iff ``a <=
     held[e, max b]``: the prune kernel tests a centre's 26 neighbours as lookups of
-    their types' largest D2 (3 where the weights are equal, else 7).  Empty (0 columns) when r2need is not finite.
+    their types' largest D2 (3 where the weights are equal, else 7).  Empty (0 columns)
+    when r2need is not finite.
 
     Examples
     --------
