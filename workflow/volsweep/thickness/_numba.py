@@ -202,6 +202,22 @@ def _line(src, dst, w, s, fs, t):
             q -= 1
 
 
+@njit(inline="always", **_OPTS)
+def _step_both(lo, hi, out, c, cn):
+    # One step of a grouped search from both sides: out = min(out, min(lo, hi) + c), and
+    # how many values stay above the next step's term cn.
+    above_next = 0
+    for k in range(out.size):
+        x = lo[k]
+        y = hi[k]
+        x = (x if x < y else y) + c
+        y = out[k]
+        b = x if x < y else y
+        out[k] = b
+        above_next += b > cn
+    return above_next
+
+
 @njit(**_LEAF)
 def _group_lines(src, dst, j, k0, k1, fw):
     # dst[j, k] = min over d of src[j +- d, k] + (d fw)^2 for the lines k in [k0, k1) at
@@ -229,16 +245,7 @@ def _group_lines(src, dst, j, k0, k1, fw):
         cn = ((d + 1) * fw) * ((d + 1) * fw)
         above_next = 0
         if below and above:
-            lo = src[j - d, k0:k1]
-            hi = src[j + d, k0:k1]
-            for k in range(m):
-                x = lo[k]
-                y = hi[k]
-                x = (x if x < y else y) + c
-                y = out[k]
-                b = x if x < y else y
-                out[k] = b
-                above_next += b > cn
+            above_next = _step_both(src[j - d, k0:k1], src[j + d, k0:k1], out, c, cn)
         else:
             nb = src[j - d, k0:k1] if below else src[j + d, k0:k1]
             for k in range(m):
@@ -307,17 +314,8 @@ def _group_row(src, dst, pad, fw):
                 return False
             c = (d * fw) * (d * fw)
             cn = ((d + 1) * fw) * ((d + 1) * fw)
-            lo = pad[e + k0 - d:e + k1 - d]
-            hi = pad[e + k0 + d:e + k1 + d]
-            above_next = 0
-            for k in range(m):
-                x = lo[k]
-                y = hi[k]
-                x = (x if x < y else y) + c
-                y = out[k]
-                b = x if x < y else y
-                out[k] = b
-                above_next += b > cn
+            above_next = _step_both(pad[e + k0 - d:e + k1 - d], pad[e + k0 + d:e + k1 + d],
+                                    out, c, cn)
             d += 1
     return True
 
