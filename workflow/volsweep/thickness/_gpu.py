@@ -38,10 +38,11 @@ import math
 import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
-                      INT_TABLE_MAX, MAX_TABLE_OFFSETS, cap_limit, diameter_lut, disc_need_far,
+                      INT_TABLE_MAX, MAX_TABLE_OFFSETS, ROW_CLIP_MIN, cap_limit, diameter_lut, disc_need_far,
                       disc_need_table, far_columns, far_min_r2, prune_table, with_far_buckets)
 
-CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
+CUDA_SOURCE = (f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n"
+               f"#define LT_ROW_CLIP_MIN {ROW_CLIP_MIN}\n") + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
 
 __device__ __forceinline__ long long lt_half(double base, double r2, double s)
@@ -183,6 +184,18 @@ extern "C" __global__ void lt_edt_line(const double* __restrict__ fin, double* _
 __device__ __forceinline__ int lt_uphill(double b, double a, int before)
 {
     return b != LT_INF && (b > a || (before && b == a));
+}
+
+/* Above any bound of lt_paint_rows' row clip (no such neighbour: no row skipped). */
+#define LT_NO_CLIP 4503599627370496.0
+
+/* floor(x / d) of integers held exactly in float64 (|x| < 2^53, d > 0), corrected exactly. */
+__device__ __forceinline__ long long lt_floor_div(double x, double d)
+{
+    double q = floor(x / d);
+    if (__dmul_rn(q + 1.0, d) <= x) q += 1.0;
+    if (__dmul_rn(q, d) > x) q -= 1.0;
+    return (long long)q;
 }
 
 /* The largest D2 of p's uphill 26-neighbours (D2 larger, or equal and a smaller flat
@@ -491,7 +504,7 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
    (lt_disc_masks) are clear. */
 extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, const long long* __restrict__ sel,
                                          long long nsel, const double* __restrict__ d2,
-                                         const unsigned int* __restrict__ rank,
+                                         const unsigned int* __restrict__ rank, long long n0,
                                          long long n1, long long n2, double sx, double sy, double sz,
                                          long long lo0, long long lo1, long long lo2,
                                          long long hi0, long long hi1, long long hi2,
@@ -516,6 +529,31 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
     int jm = j > 0 && lt_uphill(d2[p - n2], r2, 1);
     int kp = k + 1 < n2 && lt_uphill(d2[p + 1], r2, 0);
     int km = k > 0 && lt_uphill(d2[p - 1], r2, 1);
+    /* uphill neighbours q = p + (di, dj, 0) hold the rows of a half-plane: every offset o
+       of p's ball has |o|^2 <= D2(p) - 1 (integers), so |o - e|^2 < D2(q) where
+       2 o.e > half[3 s + di + 1] = D2(p) - 1 + |e|^2 - D2(q), dj = 1 - 2 s (the CPU's
+       _row_clip); only for balls of LT_ROW_CLIP_MIN rows or more a side */
+    double half[6];
+    int clip = 0;
+    if (lt_half(0.0, r2, sy) >= LT_ROW_CLIP_MIN) {
+        for (int s = 0; s < 2; ++s) {
+            long long dj = 1 - 2 * s;
+            for (int di = -1; di <= 1; ++di) {
+                double t = LT_NO_CLIP;
+                if (i + di >= 0 && i + di < n0 && j + dj >= 0 && j + dj < n1) {
+                    long long q = p + (di * n1 + dj) * n2;
+                    double b = d2[q];
+                    if (lt_uphill(b, r2, q < p)) {
+                        t = __dadd_rn(__dadd_rn(r2 - 1.0, __dmul_rn(di * sx, di * sx)),
+                                      __dmul_rn(sy, sy)) - b;
+                        clip = 1;
+                    }
+                }
+                half[3 * s + di + 1] = t;
+            }
+        }
+    }
+    double wy = __dmul_rn(2.0 * sy, sy);
     long long m1 = hi1 - lo1, m2 = hi2 - lo2;
     long long level = (hi0 - lo0) * m1 * m2;
     long long dlo, dhi;
@@ -530,6 +568,17 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
             double x = __dmul_rn((double)d, sx);
             double aa = __dmul_rn(x, x);
             long long hj = jp && jm ? 0 : lt_half(aa, r2, sy);
+            long long jlo = -hj, jhi = hj;  /* the rows [jlo, jhi] no half-plane holds */
+            if (clip) {
+                double x0 = __dmul_rn(2.0 * (double)d, __dmul_rn(sx, sx));
+                double below = -(double)(hj + 1) * wy;
+                double up = fmin(fmin(half[0] + x0, half[1]), half[2] - x0);
+                if (up < (double)hj * wy) jhi = lt_floor_div(fmax(up, below), wy);
+                double down = fmin(fmin(half[3] + x0, half[4]), half[5] - x0);
+                if (down < (double)hj * wy) jlo = -lt_floor_div(fmax(down, below), wy);
+            }
+            long long reach = jhi > -jlo ? jhi : -jlo;
+            if (reach < hj) hj = reach;
             long long rowx = (xx - lo0) * m1;
             for (long long adj = lane; adj <= hj; adj += 32) {
                 double y = __dmul_rn((double)adj, sy);
@@ -546,7 +595,9 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
                 for (int s = 0; s < 2; ++s) {
                     if (s && adj == 0) continue;
                     if (adj > 0 && (s ? jm : jp)) continue;
-                    long long yy = s ? j - adj : j + adj;
+                    long long dy = s ? -adj : adj;
+                    if (dy < jlo || dy > jhi) continue;
+                    long long yy = j + dy;
                     if (yy < lo1 || yy >= hi1) continue;
                     long long row = q * level + (rowx + (yy - lo1)) * m2;
                     if (M[row + l] < rk) atomicMax(M + row + l, rk);
@@ -816,7 +867,7 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
         del visible
         if sel.size:
             _kernel("lt_paint_rows")(_grid(sel.size * 32), (_BLOCK,), (
-                cb, sel, np.int64(sel.size), d2, rb, np.int64(n1), np.int64(n2),
+                cb, sel, np.int64(sel.size), d2, rb, np.int64(n0), np.int64(n1), np.int64(n2),
                 np.float64(wx), np.float64(wy), np.float64(wz), *lo, *hi, M, masks, moff))
         del masks, moff, sel
     for q in range(nq, 0, -1):
