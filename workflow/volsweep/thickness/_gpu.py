@@ -553,7 +553,33 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
             }
         }
     }
-    double wy = __dmul_rn(2.0 * sy, sy);
+    /* and uphill neighbours q = p + (di, dj, dk), dk = 1 - 2 s, the voxels of each row
+       beyond a bound: 2 o.e > cols[s][3 (di + 1) + dj + 1] (the same bound) */
+    double cols[2][9];
+    int kclip = 0;
+    if (lt_half(0.0, r2, sz) >= LT_ROW_CLIP_MIN) {
+        for (int s = 0; s < 2; ++s) {
+            long long dk = 1 - 2 * s;
+            for (int di = -1; di <= 1; ++di) {
+                for (int dj = -1; dj <= 1; ++dj) {
+                    double t = LT_NO_CLIP;
+                    if (i + di >= 0 && i + di < n0 && j + dj >= 0 && j + dj < n1
+                            && k + dk >= 0 && k + dk < n2) {
+                        long long q = p + (di * n1 + dj) * n2 + dk;
+                        double b = d2[q];
+                        if (lt_uphill(b, r2, q < p)) {
+                            t = __dadd_rn(__dadd_rn(__dadd_rn(r2 - 1.0, __dmul_rn(di * sx, di * sx)),
+                                                    __dmul_rn(dj * sy, dj * sy)),
+                                          __dmul_rn(sz, sz)) - b;
+                            kclip = 1;
+                        }
+                    }
+                    cols[s][3 * (di + 1) + dj + 1] = t;
+                }
+            }
+        }
+    }
+    double wy = __dmul_rn(2.0 * sy, sy), wz = __dmul_rn(2.0 * sz, sz);
     long long m1 = hi1 - lo1, m2 = hi2 - lo2;
     long long level = (hi0 - lo0) * m1 * m2;
     long long dlo, dhi;
@@ -579,19 +605,19 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
             }
             long long reach = jhi > -jlo ? jhi : -jlo;
             if (reach < hj) hj = reach;
+            /* per side s and dj: the least bound over di in this plane */
+            double kb[2][3];
+            if (kclip) {
+                double x0 = __dmul_rn(2.0 * (double)d, __dmul_rn(sx, sx));
+                for (int s = 0; s < 2; ++s)
+                    for (int c = 0; c < 3; ++c)
+                        kb[s][c] = fmin(fmin(cols[s][c] + x0, cols[s][3 + c]), cols[s][6 + c] - x0);
+            }
             long long rowx = (xx - lo0) * m1;
             for (long long adj = lane; adj <= hj; adj += 32) {
                 double y = __dmul_rn((double)adj, sy);
                 long long hk = lt_half(__dadd_rn(aa, __dmul_rn(y, y)), r2, sz);
                 if (hk < 0) continue;
-                long long k0 = km ? k + hk : k - hk, k1 = kp ? k - hk : k + hk;
-                long long l = (k0 > lo2 ? k0 : lo2) - lo2;
-                long long r = (k1 < hi2 - 1 ? k1 : hi2 - 1) - lo2;
-                if (l > r) continue;
-                long long len = r - l + 1;
-                int q = 0;
-                while ((2LL << q) <= len) ++q;
-                long long p2 = r - (1LL << q) + 1;
                 for (int s = 0; s < 2; ++s) {
                     if (s && adj == 0) continue;
                     if (adj > 0 && (s ? jm : jp)) continue;
@@ -599,6 +625,29 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
                     if (dy < jlo || dy > jhi) continue;
                     long long yy = j + dy;
                     if (yy < lo1 || yy >= hi1) continue;
+                    long long k0 = km ? k + hk : k - hk, k1 = kp ? k - hk : k + hk;
+                    if (kclip) {
+                        /* the row's voxels dz past either side's bound are held */
+                        double y0 = __dmul_rn(2.0 * (double)dy, __dmul_rn(sy, sy));
+                        double below = -(double)(hk + 1) * wz;
+                        double bp = fmin(fmin(kb[0][0] + y0, kb[0][1]), kb[0][2] - y0);
+                        if (bp < (double)hk * wz) {
+                            long long c = k + lt_floor_div(fmax(bp, below), wz);
+                            if (c < k1) k1 = c;
+                        }
+                        double bm = fmin(fmin(kb[1][0] + y0, kb[1][1]), kb[1][2] - y0);
+                        if (bm < (double)hk * wz) {
+                            long long c = k - lt_floor_div(fmax(bm, below), wz);
+                            if (c > k0) k0 = c;
+                        }
+                    }
+                    long long l = (k0 > lo2 ? k0 : lo2) - lo2;
+                    long long r = (k1 < hi2 - 1 ? k1 : hi2 - 1) - lo2;
+                    if (l > r) continue;
+                    long long len = r - l + 1;
+                    int q = 0;
+                    while ((2LL << q) <= len) ++q;
+                    long long p2 = r - (1LL << q) + 1;
                     long long row = q * level + (rowx + (yy - lo1)) * m2;
                     if (M[row + l] < rk) atomicMax(M + row + l, rk);
                     if (M[row + p2] < rk) atomicMax(M + row + p2, rk);
