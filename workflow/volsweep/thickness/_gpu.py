@@ -19,7 +19,9 @@ FMAs, so the GPU and the CPU give bit-identical results:
    table, ``_tables.disc_need_table``, and past it ``disc_need_far``);
    ``lt_paint_rows``: one warp per centre with a
    visible disc, lanes over the rows of its visible discs, less the rows its uphill face
-   neighbours in the plane hold (the CPU's ``paint_max``); every row span becomes two
+   neighbours in the plane hold (the CPU's ``paint_max``), those in the half-planes of its
+   uphill neighbours at (di, +-1, 0) (the CPU's ``_row_clip``) and, row by row, the
+   voxels in the half-spaces of those at (di, dj, +-1); every row span becomes two
    ``atomicMax`` of the centre's rank among the distinct D2 values (uint32) into a sparse
    table of power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
    diameters through ``_tables.diameter_lut``.
