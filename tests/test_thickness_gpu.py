@@ -74,13 +74,13 @@ extern "C" void run_prune_far(unsigned grid, unsigned block, const double* d2, c
          r2keep, r2min, step, ridge, cap, keep) }
 extern "C" void run_paint_rows(unsigned grid, unsigned block, const long long* cand,
                                const long long* sel, long long nsel, const double* d2,
-                               const unsigned int* rank, long long n0, long long n1,
-                               long long n2, double sx, double sy, double sz, long long lo0,
-                               long long lo1, long long lo2, long long hi0, long long hi1,
-                               long long hi2, unsigned int* M, const unsigned long long* masks,
+                               const unsigned int* rank, long long n1, long long n2,
+                               double sx, double sy, double sz, long long lo0, long long lo1,
+                               long long lo2, long long hi0, long long hi1, long long hi2,
+                               unsigned int* M, const unsigned long long* masks,
                                const long long* moff)
-{ LAUNCH(lt_paint_rows, cand, sel, nsel, d2, rank, n0, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0,
-         hi1, hi2, M, masks, moff) }
+{ LAUNCH(lt_paint_rows, cand, sel, nsel, d2, rank, n1, n2, sx, sy, sz, lo0, lo1, lo2, hi0, hi1,
+         hi2, M, masks, moff) }
 extern "C" void run_plane_words(unsigned grid, unsigned block, const double* d2,
                                 const long long* cand, long long ncand, long long n1, long long n2,
                                 double sx, long long lo0, long long hi0, long long* nw)
@@ -216,7 +216,7 @@ def emulated_thickness(lib, phase, spacing, box_lo=None, box_hi=None, r_max=None
                                                    int(values[-1]))
         sel = np.flatnonzero(visible).astype(np.int64)
         lib.run_paint_rows(g(sel.size * 32), 64, _p(cand), _p(sel), L(sel.size), _p(d2),
-                           _p(rank), L(n0), L(n1), L(n2), D(sx), D(sy), D(sz), *box, _p(M), _p(masks),
+                           _p(rank), L(n1), L(n2), D(sx), D(sy), D(sz), *box, _p(M), _p(masks),
                            _p(moff))
     size = int(np.prod(shape))
     for q in range(nq, 0, -1):

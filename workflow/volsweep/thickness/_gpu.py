@@ -19,9 +19,7 @@ FMAs, so the GPU and the CPU give bit-identical results:
    table, ``_tables.disc_need_table``, and past it ``disc_need_far``);
    ``lt_paint_rows``: one warp per centre with a
    visible disc, lanes over the rows of its visible discs, less the rows its uphill face
-   neighbours in the plane hold (the CPU's ``paint_max``), those in the half-planes of its
-   uphill neighbours at (di, +-1, 0) (the CPU's ``_row_clip``) and, row by row, the
-   voxels in the half-spaces of those at (di, dj, +-1); every row span becomes two
+   neighbours in the plane hold (the CPU's ``paint_max``); every row span becomes two
    ``atomicMax`` of the centre's rank among the distinct D2 values (uint32) into a sparse
    table of power-of-two spans, pushed down by ``lt_pushdown``.  ``finish`` maps ranks to
    diameters through ``_tables.diameter_lut``.
@@ -40,11 +38,10 @@ import math
 import numpy as np
 
 from ._tables import (CAP_MAX_POINTS, FAR_RIDGE, FAR_STEP, GPU_CAP_MIN_SLACK, GPU_FAR_MIN_RADIUS,
-                      INT_TABLE_MAX, MAX_TABLE_OFFSETS, ROW_CLIP_MIN, cap_limit, diameter_lut, disc_need_far,
+                      INT_TABLE_MAX, MAX_TABLE_OFFSETS, cap_limit, diameter_lut, disc_need_far,
                       disc_need_table, far_columns, far_min_r2, prune_table, with_far_buckets)
 
-CUDA_SOURCE = (f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n"
-               f"#define LT_ROW_CLIP_MIN {ROW_CLIP_MIN}\n") + r"""
+CUDA_SOURCE = f"#define LT_CAP_MAX_POINTS {CAP_MAX_POINTS}\n" + r"""
 #define LT_INF (__longlong_as_double(0x7ff0000000000000LL))
 
 __device__ __forceinline__ long long lt_half(double base, double r2, double s)
@@ -186,18 +183,6 @@ extern "C" __global__ void lt_edt_line(const double* __restrict__ fin, double* _
 __device__ __forceinline__ int lt_uphill(double b, double a, int before)
 {
     return b != LT_INF && (b > a || (before && b == a));
-}
-
-/* Above any bound of lt_paint_rows' row clip (no such neighbour: no row skipped). */
-#define LT_NO_CLIP 4503599627370496.0
-
-/* floor(x / d) of integers held exactly in float64 (|x| < 2^53, d > 0), corrected exactly. */
-__device__ __forceinline__ long long lt_floor_div(double x, double d)
-{
-    double q = floor(x / d);
-    if (__dmul_rn(q + 1.0, d) <= x) q += 1.0;
-    if (__dmul_rn(q, d) > x) q -= 1.0;
-    return (long long)q;
 }
 
 /* The largest D2 of p's uphill 26-neighbours (D2 larger, or equal and a smaller flat
@@ -506,7 +491,7 @@ extern "C" __global__ void lt_prune_far(const double* __restrict__ d2, const lon
    (lt_disc_masks) are clear. */
 extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, const long long* __restrict__ sel,
                                          long long nsel, const double* __restrict__ d2,
-                                         const unsigned int* __restrict__ rank, long long n0,
+                                         const unsigned int* __restrict__ rank,
                                          long long n1, long long n2, double sx, double sy, double sz,
                                          long long lo0, long long lo1, long long lo2,
                                          long long hi0, long long hi1, long long hi2,
@@ -531,57 +516,6 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
     int jm = j > 0 && lt_uphill(d2[p - n2], r2, 1);
     int kp = k + 1 < n2 && lt_uphill(d2[p + 1], r2, 0);
     int km = k > 0 && lt_uphill(d2[p - 1], r2, 1);
-    /* uphill neighbours q = p + (di, dj, 0) hold the rows of a half-plane: every offset o
-       of p's ball has |o|^2 <= D2(p) - 1 (integers), so |o - e|^2 < D2(q) where
-       2 o.e > half[3 s + di + 1] = D2(p) - 1 + |e|^2 - D2(q), dj = 1 - 2 s (the CPU's
-       _row_clip); only for balls of LT_ROW_CLIP_MIN rows or more a side */
-    double half[6];
-    int clip = 0;
-    if (lt_half(0.0, r2, sy) >= LT_ROW_CLIP_MIN) {
-        for (int s = 0; s < 2; ++s) {
-            long long dj = 1 - 2 * s;
-            for (int di = -1; di <= 1; ++di) {
-                double t = LT_NO_CLIP;
-                if (i + di >= 0 && i + di < n0 && j + dj >= 0 && j + dj < n1) {
-                    long long q = p + (di * n1 + dj) * n2;
-                    double b = d2[q];
-                    if (lt_uphill(b, r2, q < p)) {
-                        t = __dadd_rn(__dadd_rn(r2 - 1.0, __dmul_rn(di * sx, di * sx)),
-                                      __dmul_rn(sy, sy)) - b;
-                        clip = 1;
-                    }
-                }
-                half[3 * s + di + 1] = t;
-            }
-        }
-    }
-    /* and uphill neighbours q = p + (di, dj, dk), dk = 1 - 2 s, the voxels of each row
-       beyond a bound: 2 o.e > cols[s][3 (di + 1) + dj + 1] (the same bound) */
-    double cols[2][9];
-    int kclip = 0;
-    if (lt_half(0.0, r2, sz) >= LT_ROW_CLIP_MIN) {
-        for (int s = 0; s < 2; ++s) {
-            long long dk = 1 - 2 * s;
-            for (int di = -1; di <= 1; ++di) {
-                for (int dj = -1; dj <= 1; ++dj) {
-                    double t = LT_NO_CLIP;
-                    if (i + di >= 0 && i + di < n0 && j + dj >= 0 && j + dj < n1
-                            && k + dk >= 0 && k + dk < n2) {
-                        long long q = p + (di * n1 + dj) * n2 + dk;
-                        double b = d2[q];
-                        if (lt_uphill(b, r2, q < p)) {
-                            t = __dadd_rn(__dadd_rn(__dadd_rn(r2 - 1.0, __dmul_rn(di * sx, di * sx)),
-                                                    __dmul_rn(dj * sy, dj * sy)),
-                                          __dmul_rn(sz, sz)) - b;
-                            kclip = 1;
-                        }
-                    }
-                    cols[s][3 * (di + 1) + dj + 1] = t;
-                }
-            }
-        }
-    }
-    double wy = __dmul_rn(2.0 * sy, sy), wz = __dmul_rn(2.0 * sz, sz);
     long long m1 = hi1 - lo1, m2 = hi2 - lo2;
     long long level = (hi0 - lo0) * m1 * m2;
     long long dlo, dhi;
@@ -596,60 +530,24 @@ extern "C" __global__ void lt_paint_rows(const long long* __restrict__ cand, con
             double x = __dmul_rn((double)d, sx);
             double aa = __dmul_rn(x, x);
             long long hj = jp && jm ? 0 : lt_half(aa, r2, sy);
-            long long jlo = -hj, jhi = hj;  /* the rows [jlo, jhi] no half-plane holds */
-            if (clip) {
-                double x0 = __dmul_rn(2.0 * (double)d, __dmul_rn(sx, sx));
-                double below = -(double)(hj + 1) * wy;
-                double up = fmin(fmin(half[0] + x0, half[1]), half[2] - x0);
-                if (up < (double)hj * wy) jhi = lt_floor_div(fmax(up, below), wy);
-                double down = fmin(fmin(half[3] + x0, half[4]), half[5] - x0);
-                if (down < (double)hj * wy) jlo = -lt_floor_div(fmax(down, below), wy);
-            }
-            long long reach = jhi > -jlo ? jhi : -jlo;
-            if (reach < hj) hj = reach;
-            /* per side s and dj: the least bound over di in this plane */
-            double kb[2][3];
-            if (kclip) {
-                double x0 = __dmul_rn(2.0 * (double)d, __dmul_rn(sx, sx));
-                for (int s = 0; s < 2; ++s)
-                    for (int c = 0; c < 3; ++c)
-                        kb[s][c] = fmin(fmin(cols[s][c] + x0, cols[s][3 + c]), cols[s][6 + c] - x0);
-            }
             long long rowx = (xx - lo0) * m1;
             for (long long adj = lane; adj <= hj; adj += 32) {
                 double y = __dmul_rn((double)adj, sy);
                 long long hk = lt_half(__dadd_rn(aa, __dmul_rn(y, y)), r2, sz);
                 if (hk < 0) continue;
+                long long k0 = km ? k + hk : k - hk, k1 = kp ? k - hk : k + hk;
+                long long l = (k0 > lo2 ? k0 : lo2) - lo2;
+                long long r = (k1 < hi2 - 1 ? k1 : hi2 - 1) - lo2;
+                if (l > r) continue;
+                long long len = r - l + 1;
+                int q = 0;
+                while ((2LL << q) <= len) ++q;
+                long long p2 = r - (1LL << q) + 1;
                 for (int s = 0; s < 2; ++s) {
                     if (s && adj == 0) continue;
                     if (adj > 0 && (s ? jm : jp)) continue;
-                    long long dy = s ? -adj : adj;
-                    if (dy < jlo || dy > jhi) continue;
-                    long long yy = j + dy;
+                    long long yy = s ? j - adj : j + adj;
                     if (yy < lo1 || yy >= hi1) continue;
-                    long long k0 = km ? k + hk : k - hk, k1 = kp ? k - hk : k + hk;
-                    if (kclip) {
-                        /* the row's voxels dz past either side's bound are held */
-                        double y0 = __dmul_rn(2.0 * (double)dy, __dmul_rn(sy, sy));
-                        double below = -(double)(hk + 1) * wz;
-                        double bp = fmin(fmin(kb[0][0] + y0, kb[0][1]), kb[0][2] - y0);
-                        if (bp < (double)hk * wz) {
-                            long long c = k + lt_floor_div(fmax(bp, below), wz);
-                            if (c < k1) k1 = c;
-                        }
-                        double bm = fmin(fmin(kb[1][0] + y0, kb[1][1]), kb[1][2] - y0);
-                        if (bm < (double)hk * wz) {
-                            long long c = k - lt_floor_div(fmax(bm, below), wz);
-                            if (c > k0) k0 = c;
-                        }
-                    }
-                    long long l = (k0 > lo2 ? k0 : lo2) - lo2;
-                    long long r = (k1 < hi2 - 1 ? k1 : hi2 - 1) - lo2;
-                    if (l > r) continue;
-                    long long len = r - l + 1;
-                    int q = 0;
-                    while ((2LL << q) <= len) ++q;
-                    long long p2 = r - (1LL << q) + 1;
                     long long row = q * level + (rowx + (yy - lo1)) * m2;
                     if (M[row + l] < rk) atomicMax(M + row + l, rk);
                     if (M[row + p2] < rk) atomicMax(M + row + p2, rk);
@@ -918,7 +816,7 @@ def paint(d2, cand, weights, box_lo, box_hi, extra=None, *, r2s=None):
         del visible
         if sel.size:
             _kernel("lt_paint_rows")(_grid(sel.size * 32), (_BLOCK,), (
-                cb, sel, np.int64(sel.size), d2, rb, np.int64(n0), np.int64(n1), np.int64(n2),
+                cb, sel, np.int64(sel.size), d2, rb, np.int64(n1), np.int64(n2),
                 np.float64(wx), np.float64(wy), np.float64(wz), *lo, *hi, M, masks, moff))
         del masks, moff, sel
     for q in range(nq, 0, -1):
