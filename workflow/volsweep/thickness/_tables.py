@@ -115,10 +115,6 @@ def _cap_bound(weights) -> float:
 # dropped centre then costs no neighbour loop); smaller ones after (on porous phases the
 # neighbours drop most of them, and most of their walks find nothing).
 FAR_FIRST_RADIUS = 32
-# The CPU's max painter clips the rows of balls at least this many rows from the centre
-# along axis 1 by their uphill neighbours' half-planes (smaller ones lose fewer rows than
-# the clip costs: 250^3 PoreSpy blobs at blobiness 2).
-ROW_CLIP_MIN = 3
 
 
 def far_min_r2(weights, radius=None) -> float:
