@@ -66,3 +66,72 @@ def test_step_log_carries_each_thickness_calls_stages(tmp_path):
     assert "DEBUG local thickness of a (9, 11, 13) block on cpu" in text, text
     assert "ball centres kept; distance map" in text and "a package DEBUG line" not in text
     assert stages.level == before
+
+
+def _solid_with_pores(shape, pores, seed=0):
+    import numpy as np
+
+    x = np.ones(shape, bool)
+    rng = np.random.default_rng(seed)
+    x[tuple(rng.integers(0, n, pores) for n in shape)] = False
+    return x
+
+
+def _thickness_lines(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "volsweep.thickness" and r.levelno == logging.INFO]
+
+
+def test_long_thickness_call_logs_its_stages_and_parts(caplog, monkeypatch):
+    # a call past progress.EVERY_S (here 0) logs each stage as it ends, in order, and the
+    # thread pool's parts in between; its result is the silent call's
+    import re
+
+    import numpy as np
+
+    import volsweep.progress as P
+    from volsweep import thickness as T
+    from volsweep.thickness import _cpu
+
+    # balls past the max painter's radius: the ordered painter's slabs on two threads
+    phase = _solid_with_pores((37, 41, 45), 2)
+    monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
+    caplog.set_level(logging.INFO, logger="volsweep.thickness")
+    monkeypatch.setattr(P, "EVERY_S", 3600.0)
+    quiet = T.local_thickness(phase, device="cpu")
+    assert _thickness_lines(caplog) == []
+    monkeypatch.setattr(P, "EVERY_S", 0.0)
+    loud = T.local_thickness(phase, device="cpu")
+    np.testing.assert_array_equal(loud, quiet)
+    lines = _thickness_lines(caplog)
+    assert all(line.startswith("local thickness of a (37, 41, 45) block on cpu: ") for line in lines)
+    ends = [line.split(": ", 1)[1] for line in lines if " done" in line and "parts" not in line]
+    assert [e.split(" done")[0] for e in ends] == list(T.STAGES)
+    kept = int(re.search(r"pruning done \(([\d,]+) ball centres kept\)", ends[1])[1].replace(",", ""))
+    d2 = _cpu.edt_sq(phase, (1, 1, 1))
+    assert kept == _cpu.candidates(d2, (1, 1, 1), (0, 0, 0), phase.shape, np.inf)[0].size
+    seconds = [float(e.rsplit(", ", 1)[1][:-2]) for e in ends]
+    assert seconds == sorted(seconds)
+    parts = [re.search(r": (\w[\w ]*), (\d+)/(\d+) parts done", line) for line in lines]
+    parts = [(m[1], int(m[2]), int(m[3])) for m in parts if m]
+    assert {stage for stage, _, _ in parts} >= {"distance map", "pruning", "painting"}
+    assert all(1 <= done <= total for _, done, total in parts)
+
+
+def test_thread_pool_reports_every_part_once(monkeypatch):
+    from volsweep.thickness import _clock, _cpu
+
+    seen = []
+
+    class Log:
+        def info(self, fmt, *args):
+            seen.append(args)
+
+    monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
+    with _clock.CallProgress(Log(), "a call", ("work",), every_s=0.0):
+        out = _cpu._run(lambda lo, hi: (lo, hi), 10, tasks_per_thread=3)
+    assert out == [(0, 1), (1, 3), (3, 5), (5, 6), (6, 8), (8, 10)]
+    assert [(done, total) for _, _, done, total, _ in seen] == [(d, 6) for d in range(1, 7)]
+    seen.clear()
+    _cpu._run(lambda lo, hi: (lo, hi), 10)  # no call's progress entered: nothing reported
+    assert seen == []

@@ -45,7 +45,7 @@ import warnings
 import numpy as np
 
 from . import _tables as tables
-from ._clock import StageClock
+from ._clock import CallProgress, StageClock
 from volsweep.backend import get_array_module, is_cupy_array, resolve_device, to_device, to_numpy
 from volsweep.validation import check_spacing as _check_spacing
 
@@ -82,7 +82,9 @@ def _check_binary(binary, name: str = "binary"):
 
 log = logging.getLogger("volsweep")
 # One DEBUG line per call (_log_stages) on this logger: the kept centres and the seconds of
-# each of STAGES.  The workflow's steps turn it on for their logs (steps.runner).
+# each of STAGES; and for a call past progress.EVERY_S, INFO lines as its stages end and
+# their parts finish (_clock.CallProgress).  The workflow's steps turn it on for their logs
+# (steps.runner).
 stage_log = logging.getLogger("volsweep.thickness")
 STAGES = ("distance map", "pruning", "painting", "diameters")
 
@@ -120,20 +122,26 @@ def _backend(device: str):
 
 
 # --------------------------------------------------------------------------- core
-def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep, clock=None):
+def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep, clock=None, progress=None):
     """Rank map of the box and its squared lattice radii; ``phase`` is on ``device``.
 
     Returns ((ranks, values), r2max, kept centres); (None, r2max, kept) when a centre
     that may reach the box has r2max > r2keep.  ``clock``: a StageClock marked after the
-    distance map, the pruning and the painting.
+    distance map, the pruning and the painting; ``progress``: a CallProgress told so.
     """
     impl = _backend(device)
-    mark = clock.mark if clock is not None else lambda: None
+
+    def mark(detail=""):
+        if clock is not None:
+            clock.mark()
+        if progress is not None:
+            progress.ended(detail)
+
     d2 = impl.edt_sq(phase, weights)
     mark()
     cand, extra = impl.candidates(d2, weights, box_lo, box_hi, r2keep)
     r2s = impl.centre_r2(d2, cand)
-    mark()
+    mark(f" ({int(cand.size):,} ball centres kept)")
     r2max = float(r2s.max()) if cand.size else 0.0
     if r2max > r2keep:
         return None, r2max, int(cand.size)
@@ -169,15 +177,20 @@ def _thickness(binary, weights, scale, dev, box_lo, box_hi, r2keep):
     Both devices compute the same exact integers, so the host's result is the device's.
     """
     clock = StageClock(dev) if stage_log.isEnabledFor(logging.DEBUG) else None
+    what = f"local thickness of a {tuple(int(n) for n in binary.shape)} block on {dev}"
     try:
-        phase = to_device(binary, dev)
-        if clock is not None:
-            clock.mark()
-        r2, r2max, kept = _thickness_r2(phase, weights, dev, box_lo, box_hi, r2keep, clock)
-        result = None if r2 is None else _finish(r2, scale, dev)
-        if clock is not None and r2 is not None:
-            clock.mark()
-            _log_stages(binary.shape, box_lo, box_hi, weights, dev, kept, clock.seconds())
+        with CallProgress(stage_log, what, STAGES) as progress:
+            phase = to_device(binary, dev)
+            if clock is not None:
+                clock.mark()
+            r2, r2max, kept = _thickness_r2(phase, weights, dev, box_lo, box_hi, r2keep, clock,
+                                            progress)
+            result = None if r2 is None else _finish(r2, scale, dev)
+            if r2 is not None:
+                progress.ended()
+            if clock is not None and r2 is not None:
+                clock.mark()
+                _log_stages(binary.shape, box_lo, box_hi, weights, dev, kept, clock.seconds())
         return result, r2max
     except _out_of_device_memory() if dev == "cuda" else () as exc:
         phase = r2 = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from volsweep.backend import cpu_threads
 
 from . import _tables
+from ._clock import PART_DONE
 from ._tables import (EXACT_LIMIT, FAR_RIDGE, FAR_STEP, INT_TABLE_MAX, LEVEL_LUT_MAX, cap_limit,
                       diameter_lut, disc_need_far, disc_need_table, far_columns,
                       far_min_r2, half_table, held_table, level_lut, prune_table, with_far_buckets)
@@ -61,15 +62,23 @@ def _run(fn, n: int, *args, tasks_per_thread: int = 4) -> list:
     """``[fn(*args, lo, hi) for (lo, hi) in parts of range(n)]``, the parts on a thread pool.
 
     The kernels are serial and release the GIL; every part writes its own output range,
-    so the result does not depend on the number of threads.
+    so the result does not depend on the number of threads.  The parts are reported as
+    they finish to ``_clock.PART_DONE``'s callable, when a call's progress has set one.
     """
     nt = cpu_threads()
+    report = PART_DONE.get()
     if nt == 1 or n <= 1:
-        return [fn(*args, 0, n)]
+        out = [fn(*args, 0, n)]
+        if report is not None:
+            report(1, 1)
+        return out
     parts = min(n, nt * tasks_per_thread)
     bounds = [n * p // parts for p in range(parts + 1)]
     pool = _pool(nt)
     futs = [pool.submit(fn, *args, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    if report is not None:
+        for done, _ in enumerate(as_completed(futs), 1):
+            report(done, len(futs))
     return [f.result() for f in futs]
 
 
