@@ -321,6 +321,36 @@ def test_slab_lists_hold_the_balls_that_reach_each_slab(lo0, hi0, threads, maske
     assert (dropped > 0) == masked
 
 
+@pytest.mark.parametrize("g", [3, 4, 16])
+@pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
+def test_slabs_per_ball_counts_the_unmasked_lists(lo0, hi0, g):
+    # slabs_per_ball, which picks masked lists for large balls, is the unmasked lists'
+    # entries per ball (balls outside the box or of no plane count 0)
+    ci, ext, _, _ = _balls_and_masks(lo0)
+    start, lists = CPU.slab_lists(ci, ext, lo0, hi0, g)
+    assert CPU.slabs_per_ball(ci, ext, lo0, hi0, g) * ci.size == pytest.approx(lists.size, abs=1e-6)
+    assert CPU.slabs_per_ball(ci[:0], ext[:0], lo0, hi0, g) == 0.0
+
+
+@pytest.mark.parametrize("above", [math.inf, 0.0])
+def test_full_slabs_list_large_balls_by_their_masks(above, monkeypatch):
+    # slabs of BITS_SLAB planes list every ball that reaches them, or with balls reaching
+    # more than MASKED_LISTS_ABOVE slabs each only those with a visible disc there: the
+    # same result
+    phase = np.ones((45, 37, 41), bool)
+    phase[3, 30, 7] = phase[40, 2, 33] = False
+    monkeypatch.setattr(CPU, "cpu_threads", lambda: 1)
+    assert CPU._slab_planes(phase.shape[0]) == CPU.BITS_SLAB
+    calls = []
+    lists = CPU.slab_lists
+    monkeypatch.setattr(CPU, "slab_lists", lambda *a: calls.append(len(a) > 5) or lists(*a))
+    want = T.local_thickness(phase, device="cpu")
+    monkeypatch.setattr(CPU, "MASKED_LISTS_ABOVE", above)
+    got = T.local_thickness(phase, device="cpu")
+    np.testing.assert_array_equal(got, want)
+    assert calls == [False, above == 0.0]
+
+
 @pytest.mark.parametrize("lo0, hi0", [(0, 37), (5, 29)])
 def test_slab_test_finds_the_balls_with_a_visible_disc(lo0, hi0):
     # The ordered painter's slab [p0, p1) paints ball m iff one of the ball's planes in
