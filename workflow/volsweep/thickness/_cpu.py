@@ -198,7 +198,7 @@ SLABS_PER_THREAD = 2
 # Slabs of fewer planes list only the balls with a visible disc in them (slab_lists), and
 # so do slabs of any size where the balls reach more than MASKED_LISTS_ABOVE slabs each on
 # average (slabs_per_ball): at 11.8 and 26.1 slabs a ball (solids with 6 pores of 256^3 and
-# 800x800x200) that made whole calls 1.07x and 1.20x faster on 2 cores, at 3.4-6.5 (the
+# 800x800x200) that made whole calls 1.06-1.09x and 1.21-1.25x faster on 2 cores, at 3.4-6.5 (the
 # 128^3 cases, 192^3 spheres) 0.97-0.99x.
 MASKED_LISTS_BELOW = BITS_SLAB
 MASKED_LISTS_ABOVE = 8.0
