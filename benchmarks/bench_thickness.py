@@ -11,7 +11,8 @@ Cases (``--cases``):
 Parts (``--parts``, CPU and GPU):
   cases     every case at ``--size`` (the random ones drawn with ``--seed``), median of
             ``--repeat`` calls (first call untimed)
-  scaling   the pores case at several sizes (``--pores-sizes``)
+  scaling   the pores case at several sizes (``--pores-sizes``) and shapes
+            (``--pores-shapes``, e.g. 800x800x200)
   stages    every case at ``--size`` and the pores case at ``--pores-sizes``: the time of
             each stage (distance map, pruning, painting, diameters), medians of
             ``--repeat`` after an untimed call (CUDA events on the GPU)
@@ -114,9 +115,16 @@ def spheres(n, count=None, seed=0):
 
 
 def pores(n, count=None, seed=0):
-    count = count or (6 if n > 128 else 4)
-    x = np.ones((n, n, n), bool)
-    x[tuple(np.random.default_rng(seed).integers(0, n, (3, count)))] = False
+    """A solid cube of ``n`` voxels a side, or of shape ``n`` (a tuple), with ``count``
+    random pore voxels (6 where the largest side is above 128, else 4)."""
+    shape = (n,) * 3 if np.ndim(n) == 0 else tuple(int(v) for v in n)
+    count = count or (6 if max(shape) > 128 else 4)
+    x = np.ones(shape, bool)
+    rng = np.random.default_rng(seed)
+    if np.ndim(n) == 0:
+        x[tuple(rng.integers(0, n, (3, count)))] = False
+    else:
+        x[tuple(rng.integers(0, side, count) for side in shape)] = False
     return x
 
 
@@ -202,11 +210,12 @@ def part_cases(a, out, log):
 
 def part_scaling(a, out, log):
     rows = []
-    for n in a.pores_sizes:
+    for n in list(a.pores_sizes) + list(a.pores_shapes):
         x = pores(n, seed=a.seed)
         r = run_case("pores", x, a.device, a.repeat)
         rows.append(r)
-        log(f"pores {n}^3 ({int((~x).sum())} pore voxels): median {r['median_s']:.4f} s")
+        size = "x".join(map(str, x.shape)) if x.shape != (n,) * 3 else f"{n}^3"
+        log(f"pores {size} ({int((~x).sum())} pore voxels): median {r['median_s']:.4f} s")
     out["scaling"] = rows
 
 
@@ -529,6 +538,17 @@ def fmt(times):
     return ", ".join(f"{t:.3g}" for t in times)
 
 
+def _shape(text):
+    """'800x800x200' -> (800, 800, 200)."""
+    try:
+        shape = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a 3D shape such as 800x800x200")
+    return shape
+
+
 def _porosity_blobiness(text):
     """``"0.5/2"`` -> (0.5, 2.0), for --porespy-cases."""
     try:
@@ -548,7 +568,9 @@ def main(argv=None):
     p.add_argument("--parts", nargs="+", default=None)
     p.add_argument("--cases", nargs="+", default=list(CASES))
     p.add_argument("--size", type=int, default=128)
-    p.add_argument("--pores-sizes", type=int, nargs="+", default=[64, 96, 128])
+    p.add_argument("--pores-sizes", type=int, nargs="*", default=[64, 96, 128])
+    p.add_argument("--pores-shapes", type=_shape, nargs="*", default=[],
+                   help="more pores cases (scaling) of these shapes, e.g. 800x800x200")
     p.add_argument("--porespy-size", type=int, default=250)
     p.add_argument("--porespy-cases", type=_porosity_blobiness, nargs="+",
                    default=[(0.5, 1.0), (0.5, 2.0), (0.6, 1.0), (0.6, 2.0)],
