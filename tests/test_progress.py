@@ -68,15 +68,6 @@ def test_step_log_carries_each_thickness_calls_stages(tmp_path):
     assert stages.level == before
 
 
-def _solid_with_pores(shape, pores, seed=0):
-    import numpy as np
-
-    x = np.ones(shape, bool)
-    rng = np.random.default_rng(seed)
-    x[tuple(rng.integers(0, n, pores) for n in shape)] = False
-    return x
-
-
 def _thickness_lines(caplog):
     return [r.getMessage() for r in caplog.records
             if r.name == "volsweep.thickness" and r.levelno == logging.INFO]
@@ -94,7 +85,9 @@ def test_long_thickness_call_logs_its_stages_and_parts(caplog, monkeypatch):
     from volsweep.thickness import _cpu
 
     # balls past the max painter's radius: the ordered painter's slabs on two threads
-    phase = _solid_with_pores((37, 41, 45), 2)
+    from tests_data import solid_with_pores
+
+    phase = solid_with_pores((37, 41, 45), 2, 0)
     monkeypatch.setattr(_cpu, "cpu_threads", lambda: 2)
     caplog.set_level(logging.INFO, logger="volsweep.thickness")
     monkeypatch.setattr(P, "EVERY_S", 3600.0)

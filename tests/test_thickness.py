@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from thickness_oracle import (oracle_d2_int, oracle_local_thickness,  # noqa: E402
                               oracle_r2_int)
+from tests_data import solid_with_pores  # noqa: E402
 
 import volsweep  # noqa: E402
 from volsweep import thickness as T  # noqa: E402
@@ -826,14 +827,6 @@ def test_memory_estimate_scales_with_the_shape():
     assert 0 < a < b and 7 * 50 * 60 * 70 * 40 < b - a and g > 100 * 120 * 140 * 40
     with pytest.raises(ValueError, match="shape"):
         T.thickness_memory_bytes((10, 10))
-
-
-def solid_with_pores(shape, count, seed):
-    """A solid with a few isolated pore voxels: large balls everywhere, most hidden."""
-    x = np.ones(shape, bool)
-    rng = np.random.default_rng(seed)
-    x[tuple(rng.integers(0, n, count) for n in shape)] = False
-    return x
 
 
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (1, 3, 2), (1, 1, 2), (0.65, 0.65, 2.0),

@@ -10,3 +10,11 @@ def blobs(shape=(17, 21, 13), seed=5, sigma=1.6, porosity=0.45):
     field = ndimage.gaussian_filter(rng.normal(size=shape), sigma)
     cut = np.quantile(field, porosity)
     return (field > cut).astype(np.float32)
+
+
+def solid_with_pores(shape, count, seed):
+    """A solid with a few isolated pore voxels: large balls everywhere, most hidden."""
+    x = np.ones(shape, bool)
+    rng = np.random.default_rng(seed)
+    x[tuple(rng.integers(0, n, count) for n in shape)] = False
+    return x

@@ -188,9 +188,10 @@ def _thickness(binary, weights, scale, dev, box_lo, box_hi, r2keep):
             result = None if r2 is None else _finish(r2, scale, dev)
             if r2 is not None:
                 progress.ended()
-            if clock is not None and r2 is not None:
-                clock.mark()
-                _log_stages(binary.shape, box_lo, box_hi, weights, dev, kept, clock.seconds())
+                if clock is not None:
+                    clock.mark()
+                    _log_stages(binary.shape, box_lo, box_hi, weights, dev, kept,
+                                clock.seconds())
         return result, r2max
     except _out_of_device_memory() if dev == "cuda" else () as exc:
         phase = r2 = None
