@@ -51,8 +51,8 @@ def _prune_mask(d2, weights, lo=(0, 0, 0), hi=None, r2keep=np.inf, *, levlut=Non
     CPU._kernels().prune(d2, *(float(w) for w in weights), 0.0, *lo, *hi, r2keep, levels,
                          need, r2cap, levlut, holds, r2min, r2first, TAB.FAR_STEP,
                          TAB.FAR_RIDGE, TAB.cap_limit(weights), _columns(d2),
-                         np.zeros((d2.shape[0], CPU._PRUNE_ROWS, d2.shape[2])), mask, 0,
-                         d2.shape[0])
+                         np.zeros((d2.shape[0], CPU._PRUNE_ROWS, d2.shape[2])), mask,
+                         np.empty(d2.shape, np.uint16), 0, d2.shape[0])
     return mask
 
 
@@ -622,6 +622,37 @@ def test_max_painter_ranks_are_the_narrowest_type(spacing, dtype, monkeypatch):
     np.testing.assert_array_equal(ranks, wide)
     np.testing.assert_array_equal(CPU.finish(ranks, values, TAB.lattice(spacing)[1]),
                                   oracle_local_thickness(phase, spacing))
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (2, 1, 3), (0.7, 1.3, 1.0)])
+def test_max_painter_reads_the_saturated_distance_map(spacing):
+    # Pruning also writes d2 saturated to saturated_type, from which the max painter reads
+    # the centres' neighbours (their own D2 from the list of centres): the same ranks as
+    # from d2, and from maps saturated far lower, where neighbours look smaller or not
+    # uphill at all (fewer hidden discs and clipped rows, the same result).
+    phase = blobs((41, 37, 43), sigma=3.0, seed=8)
+    g = np.indices(phase.shape)
+    phase |= ((g - np.array([20, 18, 21])[:, None, None, None]) ** 2).sum(0) < 17**2
+    weights = TAB.lattice(spacing)[0]
+    d2 = CPU.edt_sq(phase, weights).copy()
+    cand, sat = CPU.candidates(d2, weights, (0, 0, 0), phase.shape, np.inf)
+    cand, sat = cand.copy(), sat.copy()
+    kind = CPU.saturated_type(weights)
+    top = np.iinfo(kind).max
+    assert sat.dtype == kind
+    np.testing.assert_array_equal(sat, np.minimum(d2, top).astype(kind))
+    assert kind == np.uint16 or d2[np.isfinite(d2)].max() > top  # saturated here
+    r2c = d2.reshape(-1)[cand]
+    assert (r2c < (CPU.MAX_PAINT_RADIUS * min(weights)) ** 2).any()  # the max painter paints
+    for lo, hi in [((0, 0, 0), phase.shape), ((3, 5, 7), (34, 30, 33))]:
+        ref = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi)]
+        for low in (top, 40, 3, 0):
+            got = CPU.paint(d2, cand, weights, lo, hi, np.minimum(d2, low).astype(kind))
+            np.testing.assert_array_equal(ref[0], got[0], err_msg=f"saturated at {low}")
+            np.testing.assert_array_equal(ref[1], got[1])
+    lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape, sat),
+                    TAB.lattice(spacing)[1])
+    np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
 @pytest.mark.parametrize("weights", [(1, 1, 1), (1, 3, 2), (2, 1, 1), (13, 13, 40)])
@@ -1503,10 +1534,10 @@ def test_max_painter_past_the_integer_tables_is_exact(spacing, monkeypatch):
     seen = []
     paint_max = NB.paint_max
 
-    def recorded(d2, cand, r2lim, rank_lut, *rest):
+    def recorded(d2, cand, r2c, r2lim, rank_lut, *rest):
         far = rest[4]
         seen.append((far is not None, r2lim, rank_lut.size))
-        return paint_max(d2, cand, r2lim, rank_lut, *rest)
+        return paint_max(d2, cand, r2c, r2lim, rank_lut, *rest)
 
     with monkeypatch.context() as m:
         m.setattr(CPU, "INT_TABLE_MAX", 8)

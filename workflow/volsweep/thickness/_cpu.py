@@ -157,10 +157,13 @@ def centre_r2(d2: np.ndarray, cand: np.ndarray) -> np.ndarray:
 
 
 def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
-    """Flat indices (sorted) of the ball centres that survive pruning, and None.
+    """Flat indices (sorted) of the ball centres that survive pruning, and ``d2``
+    saturated to :func:`saturated_type` (written as pruning reads ``d2``), from which the
+    max painter reads the centres' neighbours: an eighth of the bytes to move.
 
-    (The GPU's candidates return the same; the painters read each centre's uphill
-    neighbours from ``d2``.)
+    (The GPU's candidates return the flat indices and None; its painters read each
+    centre's uphill neighbours from ``d2``.)  The map is this thread's work array,
+    overwritten by the next call.
     """
     k = _kernels()
     wx, wy, wz = (float(w) for w in weights)
@@ -176,18 +179,19 @@ def candidates(d2: np.ndarray, weights, box_lo, box_hi, r2keep: float):
     # are never touched, so np.zeros maps no memory for them)
     # likewise each task's rows of its neighbours' largest D2 (_numba._row_actions)
     mask = _scratch("prune_mask", d2.shape, np.uint8)
+    d2sat = _scratch("d2_saturated", d2.shape, saturated_type(weights))
     _run(k.prune, d2.shape[0], d2, wx, wy, wz, eps, *[int(v) for v in box_lo],
          *[int(v) for v in box_hi], float(r2keep), levels, need, r2cap, levlut,
          held_table(levels, need, levlut, r2need), far_min_r2(weights),
          far_min_r2(weights, _tables.FAR_FIRST_RADIUS), FAR_STEP, FAR_RIDGE,
          cap_limit(weights), np.zeros((d2.shape[0], d2.shape[2], 3), np.int32),
-         np.zeros((d2.shape[0], _PRUNE_ROWS, d2.shape[2]), np.float64), mask)
+         np.zeros((d2.shape[0], _PRUNE_ROWS, d2.shape[2]), np.float64), mask, d2sat)
     counts = np.zeros(d2.shape[0] + 1, np.int64)
     _run(k.count_kept, d2.shape[0], mask, counts[1:])
     offsets = np.cumsum(counts)
     cand = np.empty(int(offsets[-1]), np.int64)
     _run(k.gather_kept, d2.shape[0], mask, offsets, cand)
-    return cand, None
+    return cand, d2sat
 
 
 # Output planes per slab of the painter (one slab per task): BITS_SLAB, or fewer (down to
@@ -234,8 +238,8 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, extra=None,
     ``values[r - 1]``; 0 = not covered.  Balls are painted in decreasing D2 with one
     "assigned" bit per voxel and a count of unassigned voxels per node: balls over
     finished nodes are skipped whole, and discs inside an uphill neighbour's disc are
-    skipped (the uphill neighbours read from ``d2``; ``extra``, :func:`candidates`'
-    None, is the backends' common signature).  ``r2s``:
+    skipped (the uphill neighbours read from ``d2``, or by the max painter from ``extra``,
+    :func:`candidates`' saturated map, where given).  ``r2s``:
     ``d2`` at ``cand``, when the caller has it.  The result is this thread's work array,
     overwritten by the next call.
     """
@@ -316,12 +320,27 @@ def paint(d2: np.ndarray, cand: np.ndarray, weights, box_lo, box_hi, extra=None,
     else:
         out[...] = 0
     hmax = int(_half_extent(np.array([min(rmax, r2lim - 1)], np.float64), wi[0])[0])
-    _run(k.paint_max, out.shape[0], d2, cand, r2lim, rank_lut, vals,
+    near = d2 if extra is None else extra  # where the centres' neighbours are read
+    _run(k.paint_max, out.shape[0], near, cand, r2i, r2lim, rank_lut, vals,
          half_table(min(tab, r2lim - 1), wi[0]), half_table(tab, wi[1]), half_table(tab, wi[2]),
          far, th, disc_mask_lut(wi, MASK_LUT_BYTES), wi[0], wi[1], wi[2], *lo, *hi, hmax, out,
          np.empty((out.shape[0], _MAX_PAINTER_WORK), np.int64),
          tasks_per_thread=max_painter_tasks(out.shape[0], hmax, cpu_threads()))
     return out, values
+
+
+def saturated_type(weights):
+    """The integer type of the saturated distance map that the max painter reads
+    (:func:`candidates`' second result): the narrowest that holds every squared radius
+    it paints, below ``(MAX_PAINT_RADIUS * min(weights))**2``, up to uint16.  Its largest
+    value stands for itself and anything above: a neighbour read lower than it is looks
+    smaller or not uphill, which hides fewer discs, so the map is exact at any type.
+
+    >>> saturated_type((1, 1, 1)).__name__, saturated_type((2, 2, 3)).__name__
+    ('uint8', 'uint16')
+    """
+    r2lim = (MAX_PAINT_RADIUS * min(int(w) for w in weights)) ** 2
+    return np.uint8 if r2lim - 1 <= np.iinfo(np.uint8).max else np.uint16
 
 
 def _rank_type(nvalues: int):
@@ -552,12 +571,13 @@ def finish(ranks: np.ndarray, values: np.ndarray, scale: float = 1.0) -> np.ndar
 def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     """Peak host memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the bool input, two float64
-    distance passes, the uint8 prune mask, the rank map (at most uint32), the float32
+    distance passes, the uint8 prune mask, the saturated distance map (at most uint16),
+    the rank map (at most uint32), the float32
     result and the kept centres' arrays (every voxel kept), plus the tables (bounded by
     their caps) and the disc needs past them (``_tables.far_columns`` of the lattice
     ``weights``)."""
     n = math.prod(shape)
-    per_voxel = 1 + 8 + 8 + 1 + 4 + 4 + _PER_CENTRE
+    per_voxel = 1 + 8 + 8 + 1 + 2 + 4 + 4 + _PER_CENTRE
     return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights)
                + 8 * _MAX_PAINTER_WORK * shape[0] + 8 * _PRUNE_ROWS * shape[0] * shape[2])
 

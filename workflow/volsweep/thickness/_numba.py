@@ -381,6 +381,14 @@ def _max_rows(a, b, out):
 
 
 @njit(**_LEAF)
+def _saturate(row, out):
+    # out = min(row, the largest value of out's integer type), element by element.
+    top = np.float64(np.iinfo(out.dtype).max)
+    for k in range(out.size):
+        out[k] = min(row[k], top)
+
+
+@njit(**_LEAF)
 def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept):
     # What prune does with each voxel k of an inner row, from whether its 26 neighbours
     # hold its ball: 0 nothing (background, outside [k0, k1), or held), 1 keep it, 2 keep
@@ -478,7 +486,7 @@ def _keep_span(x, y, sz, lo, hi, n, r2keep):
 
 @njit(**_LEAF)
 def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, need, r2cap,
-          levlut, holds, r2min, r2first, step, ridge, cap, above, rows, out, i0, i1):
+          levlut, holds, r2min, r2first, step, ridge, cap, above, rows, out, d2sat, i0, i1):
     # out[p] = 1 for the centres kept, else 0 (planes [i0, i1)): D(p) > 0, within r2keep of
     # the box [lo, hi), and whose ball is not inside a 26-neighbour q's ball.  For D2(p) < r2cap
     # the test is exact and discrete: the ball {o: |o|^2 < a} shifted by e lies in
@@ -490,6 +498,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # above[i0]: this task's containers of the row before, per column (_far_dropped).
     # Inner rows first take, per column, the largest D2 of the neighbours of each type
     # (rows[i0], vectorised): holds (_tables.held_table) then tests all 26 in 3 or 7 lookups.
+    # d2sat: d2 saturated to its integer type (_saturate), written row by row for paint_max.
     n0, n1, n2 = d2.shape
     col = above[i0]
     iso = sx == sy == sz
@@ -511,6 +520,7 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
                 _max_rows(d2[i, j - 1], d2[i, j + 1], work[3])
                 _max_rows(work[(j - 1) % 3], xn, work[4])
             row = d2[i, j]
+            _saturate(row, d2sat[i, j])
             acts = work[5]
             k0 = k1 = 0
             if by_rows:
@@ -1835,14 +1845,17 @@ def _clip_rows(half, clip, di, sxi, syi, hmax):
 
 
 @njit(**_LEAF)
-def paint_max(d2, cand, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
+def paint_max(d2, cand, r2c, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi, syi, szi,
               lo0, lo1, lo2, hi0, hi1, hi2, hmax, out, work, q0, q1):
     # Output planes [q0, q1) of the box: out = max(out, rank) (out uint8, uint16 or uint32)
     # over the visible discs of the centres with D2 < r2lim (half extents <= hmax along
     # axis 0).  Max is order-free, so no sort and no slab lists: the centres (sorted flat
-    # indices) whose ball reaches these planes are one range of cand, read in memory order.  A disc inside an uphill
-    # neighbour's disc (_small_mask) is skipped, as in paint_bits_int: every skipped
-    # disc is covered by a painted one of a value at least as large.  Squared lengths past
+    # indices) whose ball reaches these planes are one range of cand, read in memory order,
+    # their D2 from r2c.  A disc inside an uphill neighbour's disc (_small_mask) is
+    # skipped, as in paint_bits_int: every skipped disc is covered by a painted one of a
+    # value at least as large.  d2 may be saturated (prune's d2sat, an eighth of the
+    # bytes): a neighbour read below its D2 is at worst taken as not uphill or as a
+    # smaller ball, which hides fewer discs and clips fewer rows.  Squared lengths past
     # the tables (far an array): ranks by a search of vals, half-widths by _hw.  work:
     # (planes, 18) int64, row q0 this task's (nothing allocated: no reference counting).
     n0, n1, n2 = d2.shape
@@ -1871,7 +1884,7 @@ def paint_max(d2, cand, r2lim, rank_lut, vals, hwx, hwy, hwz, far, th, lut, sxi,
             i = row // n1
             j = row - i * n1
         k = p - rb
-        a = np.int64(d2[i, j, k])
+        a = r2c[m]
         if a >= r2lim:
             continue
         h = _hw(hwx, sxi, a, far)
