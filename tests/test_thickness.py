@@ -373,15 +373,19 @@ def test_slab_test_finds_the_balls_with_a_visible_disc(lo0, hi0):
 
 def test_centre_r2_is_the_distance_at_each_centre(monkeypatch):
     # The squared radii of the kept centres, gathered on the thread pool in ranges, equal
-    # numpy's gather whatever the number of threads (and for no centre at all).
-    phase = blobs((23, 17, 29), sigma=2, seed=5)
+    # numpy's gather whatever the number of threads (and for no centre at all), also when
+    # read from the saturated map (many of them above its largest value here).
+    phase = blobs((23, 17, 29), sigma=4, seed=5)
     d2 = CPU.edt_sq(phase, (2, 1, 3)).copy()
-    cand, _ = CPU.candidates(d2, (2, 1, 3), (0, 0, 0), phase.shape, np.inf)
-    assert cand.size > 100
+    cand, sat = CPU.candidates(d2, (2, 1, 3), (0, 0, 0), phase.shape, np.inf)
+    want = d2.reshape(-1)[cand]
+    assert cand.size > 100 and 0.1 < (want > np.iinfo(sat.dtype).max).mean() < 0.9
     for threads in (1, 3):
         monkeypatch.setattr(CPU, "cpu_threads", lambda threads=threads: threads)
-        np.testing.assert_array_equal(CPU.centre_r2(d2, cand), d2.reshape(-1)[cand])
+        np.testing.assert_array_equal(CPU.centre_r2(d2, cand), want)
+        np.testing.assert_array_equal(CPU.centre_r2(d2, cand, sat), want)
     assert CPU.centre_r2(d2, cand[:0]).size == 0
+    assert CPU.centre_r2(d2, cand[:0], sat).size == 0
 
 
 def test_pruning_keeps_far_fewer_centres_and_stays_exact():

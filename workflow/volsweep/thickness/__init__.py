@@ -140,7 +140,7 @@ def _thickness_r2(phase, weights, device, box_lo, box_hi, r2keep, clock=None, pr
     d2 = impl.edt_sq(phase, weights)
     mark()
     cand, extra = impl.candidates(d2, weights, box_lo, box_hi, r2keep)
-    r2s = impl.centre_r2(d2, cand)
+    r2s = impl.centre_r2(d2, cand, extra)
     mark(f" ({int(cand.size):,} ball centres kept)")
     r2max = float(r2s.max()) if cand.size else 0.0
     if r2max > r2keep:

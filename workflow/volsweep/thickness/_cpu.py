@@ -149,10 +149,18 @@ def _finite_max(d2: np.ndarray) -> float:
     return float(fin.max()) if fin.size else 0.0
 
 
-def centre_r2(d2: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """``d2`` at the flat indices ``cand`` (``d2.reshape(-1)[cand]``, on the thread pool)."""
+def centre_r2(d2: np.ndarray, cand: np.ndarray, extra=None) -> np.ndarray:
+    """``d2`` at the flat indices ``cand`` (``d2.reshape(-1)[cand]``, on the thread pool).
+
+    ``extra``: :func:`candidates`' saturated map, where given: read first (an eighth of
+    the bytes), and ``d2`` only where it is saturated.
+    """
     out = np.empty(cand.size, d2.dtype)
-    _run(_kernels().take, cand.size, d2.reshape(-1), cand, out)
+    if extra is None:
+        _run(_kernels().take, cand.size, d2.reshape(-1), cand, out)
+    else:
+        _run(_kernels().take_unsaturated, cand.size, d2.reshape(-1), extra.reshape(-1), cand,
+             out)
     return out
 
 

@@ -731,8 +731,9 @@ def candidates(d2, weights, box_lo, box_hi, r2keep):
     return cand, None
 
 
-def centre_r2(d2, cand):
-    """``d2`` at the flat indices ``cand``."""
+def centre_r2(d2, cand, extra=None):
+    """``d2`` at the flat indices ``cand`` (``extra``, candidates' None, is the backends'
+    common signature)."""
     return d2.ravel()[cand]
 
 

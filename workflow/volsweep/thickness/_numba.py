@@ -1950,6 +1950,17 @@ def take(flat, idx, out, m0, m1):
 
 
 @njit(**_OPTS)
+def take_unsaturated(flat, sat, idx, out, m0, m1):
+    # out[m] = flat[idx[m]] for m in [m0, m1), read from sat (flat saturated to its integer
+    # type, prune's d2sat) where it is below its largest value.
+    top = np.iinfo(sat.dtype).max
+    for m in range(m0, m1):
+        q = idx[m]
+        v = sat[q]
+        out[m] = v if v < top else flat[q]
+
+
+@njit(**_OPTS)
 def finish_lut(ranks, lut, out, i0, i1):
     # out = lut[ranks] for planes [i0, i1).
     n0, n1, n2 = ranks.shape
