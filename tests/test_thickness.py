@@ -388,6 +388,29 @@ def test_centre_r2_is_the_distance_at_each_centre(monkeypatch):
     assert CPU.centre_r2(d2, cand[:0], sat).size == 0
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_kept_centres_are_gathered_in_flat_order(threads, monkeypatch):
+    # count_kept and gather_kept equal np.flatnonzero of the prune mask: planes with no
+    # kept voxel, every voxel kept, the last voxel kept or not, any non-zero byte.
+    monkeypatch.setattr(CPU, "cpu_threads", lambda: threads)
+    rng = np.random.default_rng(3)
+    mask = (rng.random((9, 7, 11)) < 0.3).astype(np.uint8) * rng.integers(1, 255, (9, 7, 11),
+                                                                          dtype=np.uint8)
+    mask[1] = 0
+    mask[2] = 1
+    mask[3, -1, -1], mask[4, -1, -1] = 1, 0
+    mask[5, :, :-1] = 0
+    mask[5, -1, -1] = 1
+    K = CPU._kernels()
+    counts = np.zeros(mask.shape[0] + 1, np.int64)
+    CPU._run(K.count_kept, mask.shape[0], mask, counts[1:])
+    offsets = np.cumsum(counts)
+    cand = np.full(int(offsets[-1]) + 1, -1, np.int64)  # one slot past the end: untouched
+    CPU._run(K.gather_kept, mask.shape[0], mask, offsets, cand[:-1])
+    np.testing.assert_array_equal(cand[:-1], np.flatnonzero(mask))
+    assert cand[-1] == -1
+
+
 def test_pruning_keeps_far_fewer_centres_and_stays_exact():
     phase = blobs((40, 40, 40), sigma=3, seed=7)
     d2 = CPU.edt_sq(phase, (1, 1, 1)).copy()

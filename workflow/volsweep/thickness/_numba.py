@@ -668,15 +668,22 @@ def count_kept(mask, counts, i0, i1):
 @njit(**_OPTS)
 def gather_kept(mask, offsets, cand, i0, i1):
     # The flat indices of plane i's kept centres from cand[offsets[i]] on, in flat order
-    # (planes [i0, i1)): np.flatnonzero, by plane ranges.
+    # (planes [i0, i1)): np.flatnonzero, by plane ranges.  Without a branch per voxel: each
+    # index is written and kept by moving on (up to the plane's last kept voxel, so that no
+    # write leaves the plane's range).
     m = mask.shape[1] * mask.shape[2]
     for i in range(i0, i1):
         plane = mask[i].reshape(-1)
         o = offsets[i]
-        for q in range(m):
-            if plane[q] != 0:
-                cand[o] = i * m + q
-                o += 1
+        if offsets[i + 1] == o:
+            continue
+        last = m - 1
+        while plane[last] == 0:
+            last -= 1
+        base = i * m
+        for q in range(last + 1):
+            cand[o] = base + q
+            o += plane[q] != 0
 
 
 @njit(**_LEAF)
