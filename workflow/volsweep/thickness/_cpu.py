@@ -594,8 +594,8 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
 # rank, slab-list entry and extent; disc-skip mask (uint64).
 _PER_CENTRE = 8 * 6 + 4 * 3 + 8
 # float64 rows per plane of prune's work (_numba._row_actions: x of three rows, y, z, the
-# actions)
-_PRUNE_ROWS = 6
+# actions, the columns left to the per-voxel tests)
+_PRUNE_ROWS = 7
 # Painting tables at their largest (INT_TABLE_MAX): disc thresholds (9 rows) and two
 # half-width tables, int64; the pruning table (level lookup, and its build) and its
 # inverse (held_table: 7 rows, 2 more while it is built); the disc masks; the disc

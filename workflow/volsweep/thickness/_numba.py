@@ -389,7 +389,7 @@ def _saturate(row, out):
 
 
 @njit(**_LEAF)
-def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept):
+def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept, rest):
     # What prune does with each voxel k of an inner row, from whether its 26 neighbours
     # hold its ball: 0 nothing (background, outside [k0, k1), or held), 1 keep it, 2 keep
     # it unless far pruning drops it, 3 walk far pruning's ray and drop it (held, but its
@@ -397,8 +397,9 @@ def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept
     # neighbour past held's columns).  r: the row; x, y, z: the largest D2 of the voxels'
     # (+-1, 0, 0), (0, +-1, 0) and (+-1, +-1, 0) neighbours.  iso: equal weights, so that
     # the faces' types share a row of held, as do the edges'.  kept: the row of prune's
-    # mask, 1 where the action is 1, else 0.  Without branches in the loops: the outcome
-    # changes from voxel to voxel.
+    # mask, 1 where the action is 1, else 0.  Returns the number of the other voxels,
+    # whose columns it writes to rest (as floats).  Without branches in the loops: the
+    # outcome changes from voxel to voxel.
     n = r.size
     if iso:
         _row_actions_iso(held, r, x, y, z, amax, r2min, r2first, acts)
@@ -411,6 +412,12 @@ def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept
         act = acts[k] if (a > 0.0) & (k0 <= k) & (k < k1) else 0.0
         acts[k] = act
         kept[k] = act == 1.0
+    count = 0
+    for k in range(n):
+        act = acts[k]
+        rest[count] = k
+        count += (act < 0.0) | (act > 1.0)
+    return count
 
 
 @njit(inline="always", **_OPTS)
@@ -502,7 +509,8 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     n0, n1, n2 = d2.shape
     col = above[i0]
     iso = sx == sy == sz
-    work = rows[i0]  # x rows of j - 1, j, j + 1 by j % 3, then y, z, acts (_row_actions)
+    # x rows of j - 1, j, j + 1 by j % 3, then y, z, acts and the rest's columns (_row_actions)
+    work = rows[i0]
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
         col[:] = 0
@@ -523,16 +531,17 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
             _saturate(row, d2sat[i, j])
             acts = work[5]
             k0 = k1 = 0
+            count = n2
             if by_rows:
                 by_rows, k0, k1 = _keep_span(gi * sx, gj * sy, sz, lo2, hi2, n2, r2keep)
             if by_rows:
                 # the actions 0 and 1 are written here; the loop below takes the others
-                _row_actions(holds, row, work[j % 3], work[3], work[4], float(levlut.size),
-                             iso, r2min, r2first, k0, k1, acts, out[i, j])
-            for k in range(n2):
+                count = _row_actions(holds, row, work[j % 3], work[3], work[4],
+                                     float(levlut.size), iso, r2min, r2first, k0, k1, acts,
+                                     out[i, j], work[6])
+            for t in range(count):
+                k = np.int64(work[6, t]) if by_rows else t
                 act = acts[k] if by_rows else -1.0
-                if (act >= 0.0) & (act <= 1.0):
-                    continue
                 out[i, j, k] = 0
                 a = row[k]
                 if act > 1.0:
