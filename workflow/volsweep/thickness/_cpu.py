@@ -580,10 +580,9 @@ def memory_bytes(shape, weights=(1, 1, 1)) -> int:
     """Peak host memory of a call on a ``shape`` block, bound for any phase (see
     ``thickness.thickness_memory_bytes``): per voxel the bool input, two float64
     distance passes, the uint8 prune mask, the saturated distance map (at most uint16),
-    the rank map (at most uint32), the float32
-    result and the kept centres' arrays (every voxel kept), plus the tables (bounded by
-    their caps) and the disc needs past them (``_tables.far_columns`` of the lattice
-    ``weights``)."""
+    the rank map (at most uint32), the float32 result and the kept centres' arrays (every
+    voxel kept), plus the tables (bounded by their caps) and the disc needs past them
+    (``_tables.far_columns`` of the lattice ``weights``)."""
     n = math.prod(shape)
     per_voxel = 1 + 8 + 8 + 1 + 2 + 4 + 4 + _PER_CENTRE
     return int(n * per_voxel + _TABLE_BYTES + _FAR_COLUMN_BYTES * far_columns(shape, weights)
