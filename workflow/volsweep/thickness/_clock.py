@@ -66,7 +66,7 @@ class CallProgress:
         if every_s is None:
             from volsweep.progress import EVERY_S as every_s
         self.log, self.what, self.stages, self.every_s = log, what, tuple(stages), every_s
-        self.stage = self.stages[0]
+        self.index = 0  # of the current stage
         self.t0 = self.last = time.perf_counter()
         self.lines = 0
 
@@ -90,7 +90,11 @@ class CallProgress:
         elapsed = self._elapsed(final=True)
         if elapsed is not None:
             self.log.info("%s: %s done%s, %.1f s", self.what, self.stage, detail, elapsed)
-        self.stage = self.stages[min(self.stages.index(self.stage) + 1, len(self.stages) - 1)]
+        self.index = min(self.index + 1, len(self.stages) - 1)
+
+    @property
+    def stage(self) -> str:
+        return self.stages[self.index]
 
     def __enter__(self):
         self._token = PART_DONE.set(self.parts)
