@@ -948,6 +948,96 @@ def test_ranks_do_not_depend_on_the_slab_size(spacing, monkeypatch):
     np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
 
 
+@pytest.mark.parametrize("m2", [37, 64, 100])
+def test_background_is_marked_assigned(m2):
+    # _mark_background: the slab's background voxels (D2 = 0) become assigned, the rest
+    # stay free and are counted per plane, rows with no phase voxel leave the live bits
+    # and the slab's bits are their union over its planes.
+    rng = np.random.default_rng(m2)
+    d2 = rng.integers(0, 3, (9, 70, m2 + 5)).astype(np.float64)
+    d2[3, 5] = 0.0  # a row of background only
+    d2[4, 69, 3:67] = 0.0  # its first word only
+    p0, lo1, lo2, npl, m1 = 2, 0, 3, 5, 70
+    asg, live, agg, full, loc = NB._slab_state(npl, m1, m2)
+    free = NB._mark_background(d2, asg, live, agg, full, p0, lo1, lo2)
+    window = d2[p0:p0 + npl, lo1:lo1 + m1, lo2:lo2 + m2]
+    np.testing.assert_array_equal(free, (window != 0).sum(axis=(1, 2)))
+    nw = (m2 + 63) // 64
+    bits = np.unpackbits(asg.view(np.uint8), axis=-1, bitorder="little")[..., :m2]
+    np.testing.assert_array_equal(bits.astype(bool), window == 0)
+    rows = np.unpackbits(live.view(np.uint8), axis=-1, bitorder="little")[..., :m1]
+    for w in range(nw):
+        row_free = (window[..., 64 * w:64 * w + 64] != 0).any(axis=-1)
+        np.testing.assert_array_equal(rows[:, w].astype(bool), row_free)
+        np.testing.assert_array_equal(
+            np.unpackbits(agg[0, w].view(np.uint8), bitorder="little")[:m1].astype(bool),
+            row_free.any(axis=0))
+    assert not rows[1, 0, 5] and not rows[2, 0, 69] and (nw == 1 or rows[2, 1, 69])
+
+
+def test_a_plane_with_no_free_voxel_in_the_disc_is_found_done():
+    # _plane_done is sound with a box found earlier (it holds every free voxel still),
+    # finds the new box once a quarter of the voxels have been painted, and tells an
+    # empty plane done.
+    rng = np.random.default_rng(5)
+    m1, m2 = 40, 90
+    asg, live, agg, full, loc = NB._slab_state(1, m1, m2)
+    free_mask = np.zeros((m1, m2), bool)
+    free_mask[12:19, 30:75] = rng.random((7, 45)) < 0.3
+    free_mask[17, 74] = free_mask[12, 30] = True
+
+    def set_free(mask):
+        bits = np.packbits(~mask, axis=-1, bitorder="little")
+        words = np.zeros((m1, asg.shape[2] * 8), np.uint8)
+        words[:, :bits.shape[1]] = bits
+        asg[0] = words.view(np.uint64)
+
+    set_free(free_mask)
+    free = np.array([free_mask.sum()], np.int64)
+    box = NB._plane_boxes(free, m1, m2)
+    assert not NB._plane_done(asg, full, free, box, 0, 0, 0, 1, 1, 1)  # a stale box: all
+    free[0] = 0
+    assert NB._plane_done(asg, full, free, box, 0, 0, 0, 10**6, 1, 1)
+    free[0] = free_mask.sum()
+    NB._plane_box(asg, full, 0, box, free[0])
+    np.testing.assert_array_equal(box[0], [12, 18, 30, 74, free[0]])
+    later = free_mask & (rng.random((m1, m2)) < 0.5)
+    set_free(later)
+    free[0] = later.sum()
+    jj, kk = np.nonzero(later)
+    for weights in [(1, 1), (2, 3)]:
+        for jc, kc, rho in itertools.product(range(0, m1, 3), range(0, m2, 4), (1, 20, 200)):
+            done = NB._plane_done(asg, full, free, box, 0, jc, kc, rho, *weights)
+            inside = ((jj - jc) * weights[0]) ** 2 + ((kk - kc) * weights[1]) ** 2 < rho
+            assert not (done and inside.any()), (jc, kc, rho)
+    assert 4 * free[0] > 3 * box[0, 4] or box[0, 4] == free[0]
+
+
+@pytest.mark.parametrize("spacing", [(1, 1, 1), (0.65, 0.65, 2.0)])
+def test_ordered_painter_with_and_without_the_background_marked(spacing, monkeypatch):
+    # Slabs whose background is marked assigned finish early and test their planes'
+    # boxes of free voxels: the same ranks as slabs left unmarked, whole and in a core
+    # box, and the oracle's thickness.
+    for phase in (solid_with_pores((41, 23, 70), 3, 8), blobs((30, 27, 40), sigma=3.0,
+                                                              seed=2)):
+        weights, d2, cand = _centres(phase, spacing)
+        core = (3, 5, 7), tuple(n - c for n, c in zip(phase.shape, (4, 3, 4)))
+        for lo, hi in [((0, 0, 0), phase.shape), core]:
+            got = {}
+            for mark in (0, 10**9):
+                with monkeypatch.context() as m:
+                    m.setattr(CPU, "MARK_VOXELS_PER_BALL", mark)
+                    m.setattr(CPU, "MAX_PAINT_RADIUS", 0)
+                    got[mark] = [a.copy() for a in CPU.paint(d2, cand, weights, lo, hi)]
+            np.testing.assert_array_equal(got[0][0], got[10**9][0])
+            np.testing.assert_array_equal(got[0][1], got[10**9][1])
+        with monkeypatch.context() as m:
+            m.setattr(CPU, "MARK_VOXELS_PER_BALL", 10**9)
+            lt = CPU.finish(*CPU.paint(d2, cand, weights, (0, 0, 0), phase.shape),
+                            TAB.lattice(spacing)[1])
+        np.testing.assert_array_equal(lt, oracle_local_thickness(phase, spacing))
+
+
 def test_bits_painter_slice_skip_on_porous_volume_equals_oracle():
     # Larger balls (R up to ~6) so that many discs are skipped; exact vs the brute force.
     phase = blobs((26, 22, 28), sigma=3.0, seed=3)

@@ -1162,6 +1162,95 @@ def _slab_state(npl, m1, m2):
 
 
 @njit(**_OPTS)
+def _mark_background(near, asg, live, agg, full, p0, lo1, lo2):
+    # Mark the slab's background voxels (near = 0: D2 = 0, which no ball covers) assigned,
+    # so that its rows, planes and the slab itself finish once their phase voxels are
+    # painted.  Returns the phase voxels of each plane.
+    npl, m1, nw = asg.shape
+    free = np.zeros(npl, np.int64)
+    for a in range(npl):
+        for b in range(m1):
+            for w in range(nw):
+                v = np.uint64(0)
+                for c in range(64 - np.int64(leading_zeros(full[w]))):
+                    v |= np.uint64(near[p0 + a, lo1 + b, lo2 + 64 * w + c] == 0) << np.uint64(c)
+                asg[a, b, w] = v
+                free[a] += 64 - np.int64(leading_zeros(full[w]))
+                if v:
+                    free[a] -= _popcount(v)
+                if v == full[w]:
+                    live[a, w, b >> 6] &= ~(np.uint64(1) << np.uint64(b & 63))
+    for w in range(nw):
+        for u in range(agg.shape[2]):
+            v = np.uint64(0)
+            for a in range(npl):
+                v |= live[a, w, u]
+            agg[0, w, u] = v
+    return free
+
+
+@njit(inline="always", **_OPTS)
+def _popcount(v):
+    n = 0
+    while v:
+        v &= v - np.uint64(1)
+        n += 1
+    return n
+
+
+@njit(**_LEAF)
+def _plane_box(asg, full, a, box, n):
+    # box[a] = the bounding rows [j0, j1] and columns [k0, k1] of slab plane a's unassigned
+    # voxels, and n, their number now.
+    m1, nw = asg.shape[1], asg.shape[2]
+    j0 = m1
+    j1 = -1
+    k0 = nw * 64
+    k1 = -1
+    for b in range(m1):
+        for w in range(nw):
+            f = full[w] & ~asg[a, b, w]
+            if f:
+                j0 = min(j0, b)
+                j1 = b
+                k0 = min(k0, w * 64 + np.int64(trailing_zeros(f)))
+                k1 = max(k1, w * 64 + 63 - np.int64(leading_zeros(f)))
+    box[a, 0] = j0
+    box[a, 1] = j1
+    box[a, 2] = k0
+    box[a, 3] = k1
+    box[a, 4] = n
+
+
+@njit(inline="always", **_OPTS)
+def _plane_done(asg, full, free, box, a, jc, kc, rho, syi, szi):
+    # Whether slab plane a has no unassigned voxel in the disc of squared radius rho centred
+    # on (row jc, column kc): none left in the plane, or none in the box that holds them.
+    # The box shrinks only when a quarter of its voxels have been painted since it was
+    # found (_plane_box): an older, larger box still holds them all.
+    if free[a] == 0:
+        return True
+    if 4 * free[a] <= 3 * box[a, 4]:
+        _plane_box(asg, full, a, box, free[a])
+    gy = max(box[a, 0] - jc, jc - box[a, 1], 0) * syi
+    gz = max(box[a, 2] - kc, kc - box[a, 3], 0) * szi
+    return gy * gy + gz * gz >= rho
+
+
+@njit(**_OPTS)
+def _plane_boxes(free, m1, m2):
+    # Each plane's box of unassigned voxels, the whole plane to start with (_plane_done).
+    box = np.empty((free.size, 5), np.int64)
+    for a in range(free.size):
+        box[a, 0] = 0
+        box[a, 1] = m1 - 1
+        box[a, 2] = 0
+        box[a, 3] = m2 - 1
+        box[a, 4] = free[a]
+    return box
+
+
+@njit(**_OPTS)
 def _store_slab(loc, out, i0):
     # A finished slab's ranks into output planes [i0, i0 + len(loc)).
     npl, m1, m2 = loc.shape
@@ -1400,11 +1489,13 @@ def _nearest_free(free, x):
 
 @njit(**_LEAF)
 def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
-                    moff, sxi, syi, szi, hwy, hwz, far, p0, lo1, lo2, m1, m2):
+                    moff, sxi, syi, szi, hwy, hwz, far, p0, lo1, lo2, m1, m2, free, box):
     # A large ball in one slab, plane by plane and word column by word column: only the
-    # rows that the ball reaches there and that still hold an unassigned voxel (found 64
-    # at a time through their live bits) are painted, so a ball over finished rows costs
-    # a few word tests per plane.  Returns how many voxels were assigned.
+    # planes whose box of unassigned voxels the disc reaches (_plane_done), and there the
+    # rows that the ball reaches and that still hold an unassigned voxel (found 64 at a
+    # time through their live bits) are painted, so a ball over finished rows costs a few
+    # word tests per plane.  Returns how many voxels were assigned (free counts them per
+    # plane).
     tot = 0
     ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     jc = j0 - lo1
@@ -1416,6 +1507,9 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
         if rho <= 0 or (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
             continue
         a = i - p0
+        if _plane_done(asg, full, free, box, a, jc, kc, rho, syi, szi):
+            continue
+        got = 0
         hk = _hw(hwz, szi, rho, far)
         for w in range(max(kc - hk, 0) >> 6, (min(kc + hk, m2 - 1) >> 6) + 1):
             c0 = w * 64
@@ -1442,7 +1536,9 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
                     lft = max(kc - hk2, c0)
                     rgt = min(kc + hk2, c1)
                     msk = (ALL << np.uint64(lft & 63)) & (ALL >> np.uint64(63 - (rgt & 63)))
-                    tot += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
+                    got += fill_word(asg, live, agg, full, loc, a, jj, w, msk, rank, True)
+        free[a] -= got
+        tot += got
     return tot
 
 
@@ -1457,7 +1553,7 @@ TRACK_EXT = 32
 
 @njit(**_OPTS)
 def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy, hwz, far,
-                   masks, moff, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
+                   masks, moff, near, mark, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
@@ -1476,7 +1572,12 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
         p0 = lo0 + sl * g
         p1 = min(p0 + g, hi0)
         asg, live, agg, full, loc = _slab_state(p1 - p0, m1, m2)
-        remaining = (p1 - p0) * m1 * m2
+        if (p1 - p0) * m1 * m2 <= mark * (start[sl + 1] - start[sl]):
+            pfree = _mark_background(near, asg, live, agg, full, p0, lo1, lo2)
+        else:  # few balls: the background is left unassigned, read by no one
+            pfree = np.full(p1 - p0, m1 * m2, np.int64)
+        box = _plane_boxes(pfree, m1, m2)
+        remaining = pfree.sum()
         for t in range(start[sl], start[sl + 1]):
             if remaining == 0:
                 break
@@ -1509,7 +1610,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             if track and h >= NODE_EXT:
                 remaining -= _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
-                                             far, p0, lo1, lo2, m1, m2)
+                                             far, p0, lo1, lo2, m1, m2, pfree, box)
                 continue
             for i in range(ia, ib + 1):
                 dx = (i - ic) * sxi
@@ -1520,6 +1621,8 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 if (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
                     continue
                 a = i - p0
+                if _plane_done(asg, full, pfree, box, a, j0 - lo1, k0 - lo2, rho, syi, szi):
+                    continue
                 if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, far, syi,
                                            szi, m1, m2):
                     continue
@@ -1552,12 +1655,13 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                             continue
                     elif not _any_free(asg, a, jp, jm, okp, okm, lft, rgt):
                         continue
+                    got = 0
                     if okp:
-                        remaining -= fill_bits(asg, live, agg, full, loc, a, jp, lft, rgt, rank,
-                                               track)
+                        got += fill_bits(asg, live, agg, full, loc, a, jp, lft, rgt, rank, track)
                     if okm:
-                        remaining -= fill_bits(asg, live, agg, full, loc, a, jm, lft, rgt, rank,
-                                               track)
+                        got += fill_bits(asg, live, agg, full, loc, a, jm, lft, rgt, rank, track)
+                    remaining -= got
+                    pfree[a] -= got
         _store_slab(loc, out, p0 - lo0)
     return out
 
