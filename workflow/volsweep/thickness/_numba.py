@@ -1198,58 +1198,6 @@ def _popcount(v):
     return n
 
 
-@njit(**_LEAF)
-def _plane_box(asg, full, a, box, n):
-    # box[a] = the bounding rows [j0, j1] and columns [k0, k1] of slab plane a's unassigned
-    # voxels, and n, their number now.
-    m1, nw = asg.shape[1], asg.shape[2]
-    j0 = m1
-    j1 = -1
-    k0 = nw * 64
-    k1 = -1
-    for b in range(m1):
-        for w in range(nw):
-            f = full[w] & ~asg[a, b, w]
-            if f:
-                j0 = min(j0, b)
-                j1 = b
-                k0 = min(k0, w * 64 + np.int64(trailing_zeros(f)))
-                k1 = max(k1, w * 64 + 63 - np.int64(leading_zeros(f)))
-    box[a, 0] = j0
-    box[a, 1] = j1
-    box[a, 2] = k0
-    box[a, 3] = k1
-    box[a, 4] = n
-
-
-@njit(inline="always", **_OPTS)
-def _plane_done(asg, full, free, box, a, jc, kc, rho, syi, szi):
-    # Whether slab plane a has no unassigned voxel in the disc of squared radius rho centred
-    # on (row jc, column kc): none left in the plane, or none in the box that holds them.
-    # The box shrinks only when a quarter of its voxels have been painted since it was
-    # found (_plane_box): an older, larger box still holds them all.
-    if free[a] == 0:
-        return True
-    if 4 * free[a] <= 3 * box[a, 4]:
-        _plane_box(asg, full, a, box, free[a])
-    gy = max(box[a, 0] - jc, jc - box[a, 1], 0) * syi
-    gz = max(box[a, 2] - kc, kc - box[a, 3], 0) * szi
-    return gy * gy + gz * gz >= rho
-
-
-@njit(**_OPTS)
-def _plane_boxes(free, m1, m2):
-    # Each plane's box of unassigned voxels, the whole plane to start with (_plane_done).
-    box = np.empty((free.size, 5), np.int64)
-    for a in range(free.size):
-        box[a, 0] = 0
-        box[a, 1] = m1 - 1
-        box[a, 2] = 0
-        box[a, 3] = m2 - 1
-        box[a, 4] = free[a]
-    return box
-
-
 @njit(**_OPTS)
 def _store_slab(loc, out, i0):
     # A finished slab's ranks into output planes [i0, i0 + len(loc)).
@@ -1489,13 +1437,12 @@ def _nearest_free(free, x):
 
 @njit(**_LEAF)
 def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, m, masks,
-                    moff, sxi, syi, szi, hwy, hwz, far, p0, lo1, lo2, m1, m2, free, box):
+                    moff, sxi, syi, szi, hwy, hwz, far, p0, lo1, lo2, m1, m2, free):
     # A large ball in one slab, plane by plane and word column by word column: only the
-    # planes whose box of unassigned voxels the disc reaches (_plane_done), and there the
-    # rows that the ball reaches and that still hold an unassigned voxel (found 64 at a
-    # time through their live bits) are painted, so a ball over finished rows costs a few
-    # word tests per plane.  Returns how many voxels were assigned (free counts them per
-    # plane).
+    # rows that the ball reaches there and that still hold an unassigned voxel (found 64
+    # at a time through their live bits) are painted, so a ball over finished rows costs
+    # a few word tests per plane, and one over a finished plane (free, its unassigned
+    # voxels, which this counts down) one.  Returns how many voxels were assigned.
     tot = 0
     ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     jc = j0 - lo1
@@ -1507,7 +1454,7 @@ def _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr, rank, h, 
         if rho <= 0 or (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
             continue
         a = i - p0
-        if _plane_done(asg, full, free, box, a, jc, kc, rho, syi, szi):
+        if free[a] == 0:
             continue
         got = 0
         hk = _hw(hwz, szi, rho, far)
@@ -1576,7 +1523,6 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             pfree = _mark_background(near, asg, live, agg, full, p0, lo1, lo2)
         else:  # few balls: the background is left unassigned, read by no one
             pfree = np.full(p1 - p0, m1 * m2, np.int64)
-        box = _plane_boxes(pfree, m1, m2)
         remaining = pfree.sum()
         for t in range(start[sl], start[sl + 1]):
             if remaining == 0:
@@ -1610,7 +1556,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
             if track and h >= NODE_EXT:
                 remaining -= _paint_rows_int(asg, live, agg, full, loc, ia, ib, ic, j0, k0, rr,
                                              rank, h, m, masks, moff, sxi, syi, szi, hwy, hwz,
-                                             far, p0, lo1, lo2, m1, m2, pfree, box)
+                                             far, p0, lo1, lo2, m1, m2, pfree)
                 continue
             for i in range(ia, ib + 1):
                 dx = (i - ic) * sxi
@@ -1621,7 +1567,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
                 if (masks[moff[m] + (x >> 6)] >> np.uint64(x & 63)) & np.uint64(1):
                     continue
                 a = i - p0
-                if _plane_done(asg, full, pfree, box, a, j0 - lo1, k0 - lo2, rho, syi, szi):
+                if pfree[a] == 0:
                     continue
                 if track and not _any_rows(live, a, j0 - lo1, k0 - lo2, rho, hwy, hwz, far, syi,
                                            szi, m1, m2):
