@@ -426,8 +426,9 @@ def _paint_ordered(d2, cand, r2i, rank_lut, vals, th, need2, tab, far, wi, lo, h
                     else slab_lists(ci, ext, lo[0], hi[0], g))
     nslab = start.size - 1
     _run(k.paint_bits_int, nslab, start, lists, ext, ci, cj, ck, r2i, ranks, wi[0], wi[1], wi[2],
-         half_table(tab, wi[1]), half_table(tab, wi[2]), far, masks, moff, d2, MARK_VOXELS_PER_BALL, *lo, *hi, g,
-         bool(ext.size and ext.max() >= k.TRACK_EXT), out, tasks_per_thread=nslab)
+         half_table(tab, wi[1]), half_table(tab, wi[2]), far, masks, moff, d2,
+         MARK_VOXELS_PER_BALL, *lo, *hi, g, bool(ext.size and ext.max() >= k.TRACK_EXT), out,
+         tasks_per_thread=nslab)
 
 
 def slabs_per_ball(ci, ext, lo0, hi0, g) -> float:

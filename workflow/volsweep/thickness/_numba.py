@@ -1162,10 +1162,10 @@ def _slab_state(npl, m1, m2):
 
 
 @njit(**_OPTS)
-def _mark_background(near, asg, live, agg, full, p0, lo1, lo2):
-    # Mark the slab's background voxels (near = 0: D2 = 0, which no ball covers) assigned,
-    # so that its rows, planes and the slab itself finish once their phase voxels are
-    # painted.  Returns the phase voxels of each plane.
+def _mark_background(d2, asg, live, agg, full, p0, lo1, lo2):
+    # Mark the slab's background voxels (D2 = 0, which no ball covers) assigned, so that
+    # its rows, planes and the slab itself finish once their phase voxels are painted.
+    # Returns the phase voxels of each plane.
     npl, m1, nw = asg.shape
     free = np.zeros(npl, np.int64)
     for a in range(npl):
@@ -1173,7 +1173,7 @@ def _mark_background(near, asg, live, agg, full, p0, lo1, lo2):
             for w in range(nw):
                 v = np.uint64(0)
                 for c in range(64 - np.int64(leading_zeros(full[w]))):
-                    v |= np.uint64(near[p0 + a, lo1 + b, lo2 + 64 * w + c] == 0) << np.uint64(c)
+                    v |= np.uint64(d2[p0 + a, lo1 + b, lo2 + 64 * w + c] == 0) << np.uint64(c)
                 asg[a, b, w] = v
                 free[a] += 64 - np.int64(leading_zeros(full[w]))
                 if v:
@@ -1500,7 +1500,7 @@ TRACK_EXT = 32
 
 @njit(**_OPTS)
 def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy, hwz, far,
-                   masks, moff, near, mark, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
+                   masks, moff, d2, mark, lo0, lo1, lo2, hi0, hi1, hi2, g, track, out, sl0, sl1):
     # paint_bits at integer spacing: every squared length is an exact integer, so the
     # half-widths come from integer tables (hwy[B] = max h with (h*sy)^2 < B, -1 for
     # B <= 0; hwz likewise along axis 2) with no sqrt and no data-dependent loop per
@@ -1511,7 +1511,10 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
     # q's ball has a larger D2 (or an equal one and a smaller index), so whatever covers
     # q's disc there has a value >= this ball's.  That order is strict, so every
     # skipped disc is covered by a painted one; it skips most rows.  Balls of at least
-    # NODE_EXT slices visit only the rows still unassigned (_paint_rows_int).
+    # NODE_EXT slices visit only the rows still unassigned (_paint_rows_int).  A slab that
+    # lists a ball for at most `mark` of its voxels starts with its background assigned
+    # (_mark_background) and counts each plane's unassigned voxels (pfree): a finished
+    # plane is skipped in one test, a finished slab stops.
     m0, m1, m2 = out.shape
     ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     ZERO = np.uint64(0)
@@ -1520,7 +1523,7 @@ def paint_bits_int(start, lists, ext, ci, cj, ck, r2i, ranks, sxi, syi, szi, hwy
         p1 = min(p0 + g, hi0)
         asg, live, agg, full, loc = _slab_state(p1 - p0, m1, m2)
         if (p1 - p0) * m1 * m2 <= mark * (start[sl + 1] - start[sl]):
-            pfree = _mark_background(near, asg, live, agg, full, p0, lo1, lo2)
+            pfree = _mark_background(d2, asg, live, agg, full, p0, lo1, lo2)
         else:  # few balls: the background is left unassigned, read by no one
             pfree = np.full(p1 - p0, m1 * m2, np.int64)
         remaining = pfree.sum()
