@@ -182,7 +182,16 @@ def test_distance_map_method_checked_first():
             CPU.edt_sq(phase, (1, 1, 1), method="scipy")
 
 
-def test_distance_maps_equal_oracle():
+@pytest.fixture(params=["float32 where exact", "float64"])
+def pass_type(request, monkeypatch):
+    # The distance map between its passes: the default (float32 at these sizes), then
+    # float64 as for volumes whose squared lengths reach 2**24 (_cpu.pass_type).
+    if request.param == "float64":
+        monkeypatch.setattr(CPU, "pass_type", lambda shape, weights: np.float64)
+    return request.param
+
+
+def test_distance_maps_equal_oracle(pass_type):
     phase = blobs((15, 12, 18), sigma=2, seed=5)
     for spacing in [(1, 1, 1), (2, 1, 3), (0.7, 1.1, 1.3), (0.65, 0.65, 2.0)]:
         ref, w, _ = oracle_d2_int(phase, spacing)
@@ -193,7 +202,7 @@ def test_distance_maps_equal_oracle():
 
 
 
-def test_distance_maps_equal_oracle_on_long_and_grouped_lines():
+def test_distance_maps_equal_oracle_on_long_and_grouped_lines(pass_type):
     # Axes 1 and 2 are searched NB.GROUP_LINES voxels at a time for up to NB.GROUP_SPAN
     # steps (axis 2 along each row): a fine part (groups that finish), a solid part
     # with a few background voxels (groups that need more steps and take the per-line
@@ -224,8 +233,27 @@ def test_distance_maps_equal_oracle_on_long_and_grouped_lines():
             assert x.shape[2 if swap else 1] > 2 * NB.GROUP_SPAN + 1 and np.isfinite(ref).all()
 
 
+def test_distance_map_between_passes_exact_up_to_float32s_limit():
+    # Squared lengths between the passes up to just below 2**24 stay in float32 and exact
+    # (here 3 * 1365 along axis 0 and 90 along axis 1: 2**24 - 91); one row more along
+    # axis 1, or step terms of 33 * 125, and the passes take float64.
+    from scipy import ndimage
+
+    weights = (1365, 1, 1)
+    shape = (4, 91, 40)
+    assert (3 * 1365) ** 2 + 90**2 == 2**24 - 91
+    assert CPU.pass_type(shape, weights) is np.float32
+    assert CPU.pass_type((4, 92, 40), weights) is np.float64
+    assert CPU.pass_type((8, 8, 8), (1, 1, 125)) is np.float64
+    phase = np.ones(shape, bool)
+    phase[0, 0, 0] = phase[0, 0, 7] = False
+    ref = np.rint(ndimage.distance_transform_edt(phase, sampling=weights) ** 2)
+    assert ref[3, 90, 7] == 2**24 - 91 and ref.max() > 2**24
+    np.testing.assert_array_equal(CPU.edt_sq(phase, weights), ref)
+
+
 @pytest.mark.parametrize("spacing", [(1, 1, 1), (3, 2, 1)])
-def test_distance_map_rows_after_rows_that_need_more_steps(spacing):
+def test_distance_map_rows_after_rows_that_need_more_steps(spacing, pass_type):
     # A row whose search along axis 2 needs more than NB.GROUP_SPAN steps takes the
     # per-line pass, and so do the NB.GROUP_SKIP rows after it; the rows after those are
     # searched again.  Here the rows near a solid band's far side need more steps and the

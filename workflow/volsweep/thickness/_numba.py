@@ -26,7 +26,7 @@ from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-from ._tables import CAP_MAX_POINTS
+from ._tables import CAP_MAX_POINTS, GROUP_SPAN
 
 # numba's SSA check reports the inlined lookups' (_hw, _need, _need4) renamed locals as out of
 # scope, a pedantic note on code it compiles correctly; users would see it on the first call.
@@ -52,7 +52,6 @@ BRUTE_SPAN = 16
 # voxel: axis 1 over GROUP_LINES neighbouring lines, axis 2 over GROUP_LINES neighbouring
 # voxels of a row, each reading the row shifted by the step.
 GROUP_LINES = 64
-GROUP_SPAN = 32
 GROUP_SKIP = 32
 # The bits of +inf as int64: finite non-negative doubles have smaller bits.
 _INF_BITS = np.int64(0x7FF0000000000000)
@@ -88,6 +87,18 @@ def _uphill_bit(a, b, di, dj, dk):
     # Without branches (the 26 neighbours' loop then runs straight through).
     hit = (b > a) | ((b == a) & (di * 9 + dj * 3 + dk < 0))
     return np.uint32(hit) << np.uint32((di + 1) * 9 + (dj + 1) * 3 + (dk + 1))
+
+
+def _cast(x, like):
+    """x as a float of the type of the scalar ``like`` (float32 or float64)."""
+    return np.float32(x) if isinstance(like, np.float32) else np.float64(x)
+
+
+@overload(_cast, inline="always")
+def _cast_typed(x, like):
+    if isinstance(like, types.Float) and like.bitwidth == 32:
+        return lambda x, like: np.float32(x)
+    return lambda x, like: np.float64(x)
 
 
 # --------------------------------------------------------------------------- distance map
@@ -223,16 +234,18 @@ def _group_lines(src, dst, j, k0, k1, fw):
     # dst[j, k] = min over d of src[j +- d, k] + (d fw)^2 for the lines k in [k0, k1) at
     # once (contiguous: the loops vectorise), stepping d while a value exceeds (d fw)^2;
     # False when that needs more than GROUP_SPAN steps.  The stop test counts the values
-    # above the next step's term (a float max would keep the loops scalar).
+    # above the next step's term (a float max would keep the loops scalar).  The terms
+    # take src's type (float32 where _cpu.edt_sq keeps the passes exact in it).
     n1 = src.shape[0]
     out = dst[j, k0:k1]
     cur = src[j, k0:k1]
     m = out.size
     above_next = 0
+    first = _cast(fw * fw, cur[0])
     for k in range(m):
         v = cur[k]
         out[k] = v
-        above_next += v > fw * fw
+        above_next += v > first
     d = 1
     while above_next:
         if d > GROUP_SPAN:
@@ -241,8 +254,8 @@ def _group_lines(src, dst, j, k0, k1, fw):
         above = j + d < n1
         if not (below or above):
             return True
-        c = (d * fw) * (d * fw)
-        cn = ((d + 1) * fw) * ((d + 1) * fw)
+        c = _cast((d * fw) * (d * fw), cur[0])
+        cn = _cast(((d + 1) * fw) * ((d + 1) * fw), cur[0])
         above_next = 0
         if below and above:
             above_next = _step_both(src[j - d, k0:k1], src[j + d, k0:k1], out, c, cn)
@@ -325,6 +338,8 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     # The distance passes along axes 1 then 2 for planes [i0, i1), one plane at a time:
     # axis 1 on the plane (_plane_pass), axis 2 on its rows (_group_row, or _line for a row
     # that needs more steps); returns the largest finite value written (0.0 if none).
+    # Between the passes each plane is kept in fin's type (float32 where it is exact);
+    # the rows are searched in float64 (float32 there was slower on fine phases).
     n0, n1, n2 = fin.shape
     m = max(n1, n2)
     s = np.empty(m, np.int64)
@@ -332,7 +347,7 @@ def edt_axis12(fin, sy, sz, out, i0, i1):
     t = np.empty(m, np.int64)
     col = np.empty(m, np.float64)
     res = np.empty(m, np.float64)
-    buf = np.empty((n1, n2), np.float64)
+    buf = np.empty((n1, n2), fin.dtype)
     pad = np.full(n2 + 2 * (GROUP_SPAN + 1), np.inf)
     long1 = np.empty((n2 + GROUP_LINES - 1) // GROUP_LINES, np.bool_)
     mx = np.int64(0)

@@ -45,6 +45,9 @@ FAR_RIDGE = 0.75
 # Where the continuous containment test fails, far pruning decides exactly by the lattice
 # points of a cap of the ball, when its bounding box holds at most this many.
 CAP_MAX_POINTS = 256
+# The CPU's distance passes search up to this many steps from a voxel before a line takes
+# the lower envelope (_numba._group_lines, _group_row; _cpu.pass_type).
+GROUP_SPAN = 32
 
 
 # The cap test is used where the lattice's squared half-diagonal, sum(w**2) / 4 (what rounding
