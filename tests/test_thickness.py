@@ -203,8 +203,8 @@ def test_distance_maps_equal_oracle(pass_type):
 
 
 def test_distance_maps_equal_oracle_on_long_and_grouped_lines(pass_type):
-    # Axes 1 and 2 are searched NB.GROUP_LINES voxels at a time for up to NB.GROUP_SPAN
-    # steps (axis 2 along each row): a fine part (groups that finish), a solid part
+    # Axes 1 and 2 are searched NB.GROUP_LINES lines and NB.ROW_GROUP voxels of a row at a
+    # time for up to NB.GROUP_SPAN steps: a fine part (groups that finish), a solid part
     # with a few background voxels (groups that need more steps and take the per-line
     # pass, lines along axis 0 without any background) and widths that are not multiples of
     # the group; then the same phase with axes 1 and 2 swapped.  Oracle: scipy's distance
@@ -261,7 +261,7 @@ def test_distance_map_rows_after_rows_that_need_more_steps(spacing, pass_type):
     from scipy import ndimage
 
     rng = np.random.default_rng(5)
-    shape = (6, NB.GROUP_SKIP + 3 * NB.GROUP_SPAN, 2 * NB.GROUP_LINES + 9)
+    shape = (6, NB.GROUP_SKIP + 3 * NB.GROUP_SPAN, 2 * NB.ROW_GROUP + 9)
     phase = rng.random(shape) < 0.7
     band = NB.GROUP_SPAN + 8
     phase[:, :band] = True

@@ -48,10 +48,13 @@ _LEAF = dict(_OPTS, _nrt=False)
 # outwards voxel by voxel (a few steps); longer ones take the lower envelope of
 # parabolas (Meijster et al.), linear in the line's length whatever the distances.
 BRUTE_SPAN = 16
-# Axes 1 and 2 are searched GROUP_LINES voxels at a time, up to GROUP_SPAN steps from each
-# voxel: axis 1 over GROUP_LINES neighbouring lines, axis 2 over GROUP_LINES neighbouring
-# voxels of a row, each reading the row shifted by the step.
-GROUP_LINES = 64
+# Axes 1 and 2 are searched a group of voxels at a time, up to GROUP_SPAN steps from each
+# voxel: axis 1 over GROUP_LINES neighbouring lines, axis 2 over ROW_GROUP neighbouring
+# voxels of a row, each reading the row shifted by the step.  A group steps until its
+# farthest voxel is done; wider groups cost fewer loop starts (against 64 and 64 voxels,
+# these made the distance map 1.1-1.2x faster on fine phases on 2 cores).
+GROUP_LINES = 128
+ROW_GROUP = 256
 GROUP_SKIP = 32
 # The bits of +inf as int64: finite non-negative doubles have smaller bits.
 _INF_BITS = np.int64(0x7FF0000000000000)
@@ -303,7 +306,7 @@ def _plane_pass(src, dst, w, long, col, res, s, fs, t):
 
 @njit(**_LEAF)
 def _group_row(src, dst, pad, fw):
-    # dst[k] = min over d of src[k +- d] + (d fw)^2 along one row, GROUP_LINES voxels at a
+    # dst[k] = min over d of src[k +- d] + (d fw)^2 along one row, ROW_GROUP voxels at a
     # time (contiguous: the loops vectorise), stepping d while a value exceeds (d fw)^2;
     # False when that needs more than GROUP_SPAN steps.  pad: the row's buffer with
     # GROUP_SPAN + 1 infinite values on each side (set by the caller), so that every
@@ -312,8 +315,8 @@ def _group_row(src, dst, pad, fw):
     e = GROUP_SPAN + 1
     for k in range(n):
         pad[e + k] = src[k]
-    for k0 in range(0, n, GROUP_LINES):
-        k1 = min(k0 + GROUP_LINES, n)
+    for k0 in range(0, n, ROW_GROUP):
+        k1 = min(k0 + ROW_GROUP, n)
         out = dst[k0:k1]
         m = out.size
         above_next = 0
