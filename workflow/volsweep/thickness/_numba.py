@@ -430,7 +430,18 @@ def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept
         act = acts[k] if (a > 0.0) & (k0 <= k) & (k < k1) else 0.0
         acts[k] = act
         kept[k] = act == 1.0
+    inner = False
+    for k in range(1, n - 1):
+        act = acts[k]
+        inner |= (act < 0.0) | (act > 1.0)
     count = 0
+    if not inner:  # the row's ends only: two tests instead of a pass over the row
+        for k in (0, n - 1):
+            act = acts[k]
+            if (act < 0.0) | (act > 1.0):
+                rest[count] = k
+                count += 1
+        return count
     for k in range(n):
         act = acts[k]
         rest[count] = k
