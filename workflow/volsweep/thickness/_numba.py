@@ -408,39 +408,30 @@ def _saturate(row, out):
 
 @njit(**_LEAF)
 def _row_actions(held, r, x, y, z, amax, iso, r2min, r2first, k0, k1, acts, kept, rest):
-    # What prune does with each voxel k of an inner row, from whether its 26 neighbours
-    # hold its ball: 0 nothing (background, outside [k0, k1), or held), 1 keep it, 2 keep
-    # it unless far pruning drops it, 3 walk far pruning's ray and drop it (held, but its
-    # walk comes first), -1 test it neighbour by neighbour (the row's ends, D2 >= amax, a
-    # neighbour past held's columns).  r: the row; x, y, z: the largest D2 of the voxels'
-    # (+-1, 0, 0), (0, +-1, 0) and (+-1, +-1, 0) neighbours.  iso: equal weights, so that
-    # the faces' types share a row of held, as do the edges'.  kept: the row of prune's
-    # mask, 1 where the action is 1, else 0.  Returns the number of the other voxels,
-    # whose columns it writes to rest (as floats).  Without branches in the loops: the
-    # outcome changes from voxel to voxel.
+    # What prune does with each voxel k of a row, from whether its 26 neighbours hold its
+    # ball: 0 nothing (background, outside [k0, k1), or held), 1 keep it, 2 keep it unless
+    # far pruning drops it, 3 walk far pruning's ray and drop it (held, but its walk comes
+    # first), -1 test it neighbour by neighbour (D2 >= amax, a neighbour past held's
+    # columns).  r: the row; x, y, z: the largest D2 of the voxels' (+-1, 0, 0),
+    # (0, +-1, 0) and (+-1, +-1, 0) neighbours (in the array: a neighbour outside it holds
+    # nothing).  iso: equal weights, so that the faces' types share a row of held, as do
+    # the edges'.  kept: the row of prune's mask, 1 where the action is 1, else 0.
+    # Returns the number of the other voxels, whose columns it writes to rest (as
+    # floats).  Without branches in the loops: the outcome changes from voxel to voxel.
     n = r.size
     if iso:
         _row_actions_iso(held, r, x, y, z, amax, r2min, r2first, acts)
     else:
         _row_actions_any(held, r, x, y, z, amax, r2min, r2first, acts)
-    acts[0] = -1.0
-    acts[n - 1] = -1.0
+    other = False
     for k in range(n):
         a = r[k]
         act = acts[k] if (a > 0.0) & (k0 <= k) & (k < k1) else 0.0
         acts[k] = act
         kept[k] = act == 1.0
-    inner = False
-    for k in range(1, n - 1):
-        act = acts[k]
-        inner |= (act < 0.0) | (act > 1.0)
+        other |= (act < 0.0) | (act > 1.0)
     count = 0
-    if not inner:  # the row's ends only: two tests instead of a pass over the row
-        for k in (0, n - 1):
-            act = acts[k]
-            if (act < 0.0) | (act > 1.0):
-                rest[count] = k
-                count += 1
+    if not other:  # most rows of a fine phase: no pass that lists the voxels one by one
         return count
     for k in range(n):
         act = acts[k]
@@ -464,42 +455,69 @@ def _action(face, other, ok, a, r2min, r2first):
     return act if ok else -1.0
 
 
+@njit(inline="always", **_OPTS)
+def _iso_action(h0, h2, h6, nb, a, rm, rp, y, ym, yp, x, xm, xp, z, zm, zp, amax, r2min,
+                r2first):
+    # _row_actions_iso's value for one voxel: its row neighbours rm, rp and the rows'
+    # values (y, x, z) at its column and the columns beside it.
+    f = max(max(max(rm, rp), y), x)
+    e = max(max(max(ym, yp), max(xm, xp)), z)
+    c = max(zm, zp)
+    ok = (a < amax) & (max(max(f, e), c) < nb)
+    face = a <= h0[_index(f, ok)]
+    other = (a <= h2[_index(e, ok)]) | (a <= h6[_index(c, ok)])
+    return _action(face, other, ok, a, r2min, r2first)
+
+
 @njit(**_LEAF)
 def _row_actions_iso(held, r, x, y, z, amax, r2min, r2first, acts):
+    # A neighbour outside the array holds nothing, as one of D2 = 0 would: at the row's
+    # ends the one beside it inside stands in for it (the maxima are unchanged).
     nb = held.shape[1]
     h0 = held[0]
     h2 = held[2]
     h6 = held[6]
-    for k in range(1, r.size - 1):
-        a = r[k]
-        f = max(max(max(r[k - 1], r[k + 1]), y[k]), x[k])
-        e = max(max(max(y[k - 1], y[k + 1]), max(x[k - 1], x[k + 1])), z[k])
-        c = max(z[k - 1], z[k + 1])
-        ok = (a < amax) & (max(max(f, e), c) < nb)
-        face = a <= h0[_index(f, ok)]
-        other = (a <= h2[_index(e, ok)]) | (a <= h6[_index(c, ok)])
-        acts[k] = _action(face, other, ok, a, r2min, r2first)
+    n = r.size
+    for k in range(1, n - 1):
+        acts[k] = _iso_action(h0, h2, h6, nb, r[k], r[k - 1], r[k + 1], y[k], y[k - 1],
+                              y[k + 1], x[k], x[k - 1], x[k + 1], z[k], z[k - 1], z[k + 1],
+                              amax, r2min, r2first)
+    for k, q in ((0, 1), (n - 1, n - 2)):
+        acts[k] = _iso_action(h0, h2, h6, nb, r[k], r[q], r[q], y[k], y[q], y[q], x[k], x[q],
+                              x[q], z[k], z[q], z[q], amax, r2min, r2first)
+
+
+@njit(inline="always", **_OPTS)
+def _any_action(held, nb, a, rm, rp, y, ym, yp, x, xm, xp, z, zm, zp, amax, r2min, r2first):
+    # _row_actions_any's value for one voxel (arguments as _iso_action's).
+    c0 = max(rm, rp)
+    c1 = y
+    c2 = max(ym, yp)
+    c3 = x
+    c4 = max(xm, xp)
+    c5 = z
+    c6 = max(zm, zp)
+    top = max(max(max(c0, c1), max(c2, c3)), max(max(c4, c5), c6))
+    ok = (a < amax) & (top < nb)
+    face = (a <= held[0, _index(c0, ok)]) | (a <= held[1, _index(c1, ok)]) | (
+        a <= held[3, _index(c3, ok)])
+    other = ((a <= held[2, _index(c2, ok)]) | (a <= held[4, _index(c4, ok)])) | (
+        (a <= held[5, _index(c5, ok)]) | (a <= held[6, _index(c6, ok)]))
+    return _action(face, other, ok, a, r2min, r2first)
 
 
 @njit(**_LEAF)
 def _row_actions_any(held, r, x, y, z, amax, r2min, r2first, acts):
+    # As _row_actions_iso, with a row of held per neighbour type.
     nb = held.shape[1]
-    h0, h1, h2, h3, h4, h5, h6 = held[0], held[1], held[2], held[3], held[4], held[5], held[6]
-    for k in range(1, r.size - 1):
-        a = r[k]
-        c0 = max(r[k - 1], r[k + 1])
-        c1 = y[k]
-        c2 = max(y[k - 1], y[k + 1])
-        c3 = x[k]
-        c4 = max(x[k - 1], x[k + 1])
-        c5 = z[k]
-        c6 = max(z[k - 1], z[k + 1])
-        top = max(max(max(c0, c1), max(c2, c3)), max(max(c4, c5), c6))
-        ok = (a < amax) & (top < nb)
-        face = (a <= h0[_index(c0, ok)]) | (a <= h1[_index(c1, ok)]) | (a <= h3[_index(c3, ok)])
-        other = ((a <= h2[_index(c2, ok)]) | (a <= h4[_index(c4, ok)])) | (
-            (a <= h5[_index(c5, ok)]) | (a <= h6[_index(c6, ok)]))
-        acts[k] = _action(face, other, ok, a, r2min, r2first)
+    n = r.size
+    for k in range(1, n - 1):
+        acts[k] = _any_action(held, nb, r[k], r[k - 1], r[k + 1], y[k], y[k - 1], y[k + 1],
+                              x[k], x[k - 1], x[k + 1], z[k], z[k - 1], z[k + 1], amax, r2min,
+                              r2first)
+    for k, q in ((0, 1), (n - 1, n - 2)):
+        acts[k] = _any_action(held, nb, r[k], r[q], r[q], y[k], y[q], y[q], x[k], x[q], x[q],
+                              z[k], z[q], z[q], amax, r2min, r2first)
 
 
 @njit(inline="always", **_OPTS)
@@ -532,8 +550,9 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     # dropped too: from r2first on before its 26 neighbours are read (most such walks
     # succeed), below it after them (the neighbours prune most such centres first).
     # above[i0]: this task's containers of the row before, per column (_far_dropped).
-    # Inner rows first take, per column, the largest D2 of the neighbours of each type
-    # (rows[i0], vectorised): holds (_tables.held_table) then tests all 26 in 3 or 7 lookups.
+    # Rows first take, per column, the largest D2 of the neighbours of each type (rows[i0],
+    # vectorised; the array's faces included): holds (_tables.held_table) then tests all
+    # 26 in 3 or 7 lookups.
     # d2sat: d2 saturated to its integer type (_saturate), written row by row for paint_max.
     n0, n1, n2 = d2.shape
     col = above[i0]
@@ -543,34 +562,40 @@ def prune(d2, sx, sy, sz, eps, lo0, lo1, lo2, hi0, hi1, hi2, r2keep, levels, nee
     for i in range(i0, i1):
         gi = _gap(i, lo0, hi0)
         col[:] = 0
-        inner = holds.shape[1] > 0 and 0 < i < n0 - 1 and n1 > 2 and n2 > 2
-        if inner:
-            _max_rows(d2[i - 1, 0], d2[i + 1, 0], work[0])
-            _max_rows(d2[i - 1, 1], d2[i + 1, 1], work[1])
+        # by rows (_row_actions); at the array's faces the neighbour inside stands in for
+        # the one outside (a maximum with itself), which holds nothing
+        by_rows = holds.shape[1] > 0 and n0 > 1 and n1 > 1 and n2 > 2
+        im = i - 1 if i > 0 else i + 1
+        ip = i + 1 if i < n0 - 1 else i - 1
+        if by_rows:
+            _max_rows(d2[im, 0], d2[ip, 0], work[0])
+            _max_rows(d2[im, 1], d2[ip, 1], work[1])
         for j in range(n1):
             gj = _gap(j, lo1, hi1)
             hint = (0, 0, 0)  # far pruning's last container along the row (_far_dropped)
-            by_rows = inner and 0 < j < n1 - 1
             if by_rows:
-                xn = work[(j + 1) % 3]
-                _max_rows(d2[i - 1, j + 1], d2[i + 1, j + 1], xn)
-                _max_rows(d2[i, j - 1], d2[i, j + 1], work[3])
-                _max_rows(work[(j - 1) % 3], xn, work[4])
+                jm = j - 1 if j > 0 else j + 1
+                jp = j + 1 if j < n1 - 1 else j - 1
+                if 0 < j < n1 - 1:
+                    _max_rows(d2[im, j + 1], d2[ip, j + 1], work[(j + 1) % 3])
+                _max_rows(d2[i, jm], d2[i, jp], work[3])
+                _max_rows(work[jm % 3], work[jp % 3], work[4])
             row = d2[i, j]
             _saturate(row, d2sat[i, j])
             acts = work[5]
             k0 = k1 = 0
             count = n2
-            if by_rows:
-                by_rows, k0, k1 = _keep_span(gi * sx, gj * sy, sz, lo2, hi2, n2, r2keep)
-            if by_rows:
+            in_reach = by_rows
+            if in_reach:
+                in_reach, k0, k1 = _keep_span(gi * sx, gj * sy, sz, lo2, hi2, n2, r2keep)
+            if in_reach:
                 # the actions 0 and 1 are written here; the loop below takes the others
                 count = _row_actions(holds, row, work[j % 3], work[3], work[4],
                                      float(levlut.size), iso, r2min, r2first, k0, k1, acts,
                                      out[i, j], work[6])
             for t in range(count):
-                k = np.int64(work[6, t]) if by_rows else t
-                act = acts[k] if by_rows else -1.0
+                k = np.int64(work[6, t]) if in_reach else t
+                act = acts[k] if in_reach else -1.0
                 out[i, j, k] = 0
                 a = row[k]
                 if act > 1.0:
