@@ -236,7 +236,8 @@ def test_distance_maps_equal_oracle_on_long_and_grouped_lines(pass_type):
 def test_distance_map_between_passes_exact_up_to_float32s_limit():
     # Squared lengths between the passes up to just below 2**24 stay in float32 and exact
     # (here 3 * 1365 along axis 0 and 90 along axis 1: 2**24 - 91); one row more along
-    # axis 1, or step terms of 33 * 125, and the passes take float64.
+    # axis 1, or axis-1 step terms of 49 * 125, and the passes take float64 (axis 2's
+    # searches run in float64 whatever its weight).
     from scipy import ndimage
 
     weights = (1365, 1, 1)
@@ -244,7 +245,8 @@ def test_distance_map_between_passes_exact_up_to_float32s_limit():
     assert (3 * 1365) ** 2 + 90**2 == 2**24 - 91
     assert CPU.pass_type(shape, weights) is np.float32
     assert CPU.pass_type((4, 92, 40), weights) is np.float64
-    assert CPU.pass_type((8, 8, 8), (1, 1, 125)) is np.float64
+    assert CPU.pass_type((8, 8, 8), (1, 125, 1)) is np.float64
+    assert CPU.pass_type((8, 8, 8), (1, 1, 125)) is np.float32
     phase = np.ones(shape, bool)
     phase[0, 0, 0] = phase[0, 0, 7] = False
     ref = np.rint(ndimage.distance_transform_edt(phase, sampling=weights) ** 2)

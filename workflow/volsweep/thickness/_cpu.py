@@ -144,8 +144,9 @@ def edt_sq(phase: np.ndarray, weights, *, method: str = "numba") -> np.ndarray:
 def pass_type(shape, weights):
     """The float type that holds the distance map between its passes (after axis 0, and
     each plane after axis 1): float32 where every such value and every step term of the
-    grouped searches (``GROUP_SPAN + 1`` weights) is an integer below 2**24, so
-    exact; float64 otherwise.  Half the bytes to write and read, twice the lanes.
+    axis-1 searches, which run in it (``GROUP_SPAN + 1`` weights along axis 1), is an
+    integer below 2**24, so exact; float64 otherwise.  Half the bytes to write and read,
+    twice the lanes.  (The axis-2 searches run in float64.)
 
     >>> pass_type((800, 800, 200), (1, 1, 1)).__name__, pass_type((4000, 4000, 9), (1, 1, 1)).__name__
     ('float32', 'float64')
@@ -153,7 +154,7 @@ def pass_type(shape, weights):
     n0, n1 = shape[0], shape[1]
     w0, w1, w2 = (float(w) for w in weights)
     exact = (((n0 - 1) * w0) ** 2 + ((n1 - 1) * w1) ** 2 < _F32_EXACT
-             and ((GROUP_SPAN + 1) * max(w1, w2)) ** 2 < _F32_EXACT)
+             and ((GROUP_SPAN + 1) * w1) ** 2 < _F32_EXACT)
     return np.float32 if exact else np.float64
 
 
